@@ -1,0 +1,5 @@
+//! vko observer.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! vko operator.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

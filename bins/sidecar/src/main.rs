@@ -1,0 +1,5 @@
+//! vko sidecar.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

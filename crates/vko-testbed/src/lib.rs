@@ -1,0 +1,18 @@
+//! A real Kubernetes on one machine whose pods are processes: the control plane from real binaries, a
+//! process kubelet, and a harness for end-to-end tests. Test infrastructure, never shipped.
+//!
+//! Layout: [`paths`] (where state and caches live), [`pki`] (the testbed's own CA and certificates),
+//! [`controlplane`] (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), [`net`] (bridge,
+//! per-pod network namespaces), [`runtime`] (containers as processes in their own namespaces),
+//! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses).
+
+pub mod error;
+pub mod paths;
+pub mod pki;
+pub mod controlplane;
+pub mod net;
+pub mod runtime;
+pub mod kubelet;
+pub mod harness;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! (grows in the testbed issue)

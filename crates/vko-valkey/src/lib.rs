@@ -1,0 +1,1 @@
+//! Typed calls to Valkey and Sentinel, and pure parsers for their replies.

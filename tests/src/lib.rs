@@ -1,0 +1,1 @@
+//! End-to-end tests against the testbed live in `tests/e2e/`; this crate only hosts them.

@@ -1,0 +1,5 @@
+//! Project automation: `cargo xtask gen-crd | testbed | test | bench`.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}
