@@ -1,5 +1,36 @@
 //! Project automation: `cargo xtask gen-crd | testbed | test | bench`.
 
+mod bench;
+mod gen_crd;
+mod test;
+mod testbed;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "vko project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write the CRD into the Helm chart and the CRD reference into docs/ (or check them with --check).
+    GenCrd(gen_crd::Args),
+    /// Build, start, inspect and stop the local testbed Kubernetes.
+    Testbed(testbed::Args),
+    /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
+    Test(test::Args),
+    /// Benchmarks that print reports.
+    Bench(bench::Args),
+}
+
 fn main() -> anyhow::Result<()> {
-    Ok(())
+    match Cli::parse().command {
+        Command::GenCrd(args) => gen_crd::run(args),
+        Command::Testbed(args) => testbed::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Bench(args) => bench::run(args),
+    }
 }

@@ -1,0 +1,8 @@
+//! `cargo xtask bench` (being built in this session).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("cargo xtask bench is not built yet")
+}
