@@ -1,1 +1,0 @@
-//! (grows in the testbed issue)
