@@ -1,1 +1,431 @@
-//! (grows in the testbed issue)
+//! Pod networking: one Linux bridge (`vkotb0`, gateway 10.244.0.1/16) and, per pod, a network
+//! namespace `vkotb-<12 hex of the pod UID>` joined to the bridge by a veth pair.
+//!
+//! Everything is done with the `ip` command (iproute2). The pod IP of an attached pod is recorded as
+//! the alias (`ifalias`) of its host-side veth, so the set of IPs in use is read back from the kernel
+//! with one `ip -j link show type veth`: it stays correct across processes (a running testbed and a
+//! test may attach pods at the same time), and an IP is free again exactly when its veth is gone.
+//! Allocation is serialised across processes with an exclusive `flock` on `/run/netns`.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::{Error, Result};
+
+/// The bridge every pod's veth is attached to.
+pub const BRIDGE: &str = "vkotb0";
+/// Prefix of every pod network namespace (`/run/netns/vkotb-…`).
+pub const NETNS_PREFIX: &str = "vkotb-";
+/// Prefix of every host-side veth (`vk<12 hex>`, 14 characters: interface names are at most 15).
+const HOST_VETH_PREFIX: &str = "vk";
+/// Where `ip netns add` creates the named namespaces.
+const NETNS_DIR: &str = "/run/netns";
+/// Pod network prefix length (10.244.0.0/16).
+const PREFIX_LEN: u8 = 16;
+/// How many hex digits of the pod UID name its namespace and veth.
+const UID_HEX_DIGITS: usize = 12;
+
+/// The bridge's address: the API server binds here and every pod routes through it.
+pub fn gateway() -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, 0, 1)
+}
+
+fn network_address() -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, 0, 0)
+}
+
+fn broadcast_address() -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, 255, 255)
+}
+
+/// The host's pod network: the bridge plus the IP allocation cursor.
+pub struct Network {
+    /// Next IP to try. Allocation walks forward from here (wrapping) so a freed IP is not handed out
+    /// again right away: Sentinel and replicas cache peer addresses for a while.
+    next_ip: Mutex<u32>,
+}
+
+/// A pod's attachment to the network.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodNet {
+    /// Name of the network namespace (`/run/netns/<netns>`).
+    pub netns: String,
+    /// The pod IP (on the pod's `eth0`).
+    pub ip: Ipv4Addr,
+    /// Host side of the veth pair, enslaved to [`BRIDGE`].
+    pub host_veth: String,
+}
+
+impl Network {
+    /// Creates the bridge with the gateway address and brings it up. Idempotent: an existing bridge
+    /// is reused (and its address and state fixed up).
+    pub fn setup() -> Result<Network> {
+        if !link_exists(None, BRIDGE)? {
+            let created = ip(&["link", "add", BRIDGE, "type", "bridge"]);
+            // Another process may have created it in between: only fail if it is still missing.
+            if let Err(error) = created
+                && !link_exists(None, BRIDGE)?
+            {
+                return Err(error);
+            }
+        }
+        let gateway_cidr = format!("{}/{PREFIX_LEN}", gateway());
+        ip(&["addr", "replace", &gateway_cidr, "dev", BRIDGE])?;
+        ip(&["link", "set", BRIDGE, "up"])?;
+        ip(&["link", "set", "lo", "up"])?;
+        Ok(Network {
+            next_ip: Mutex::new(u32::from(gateway()) + 1),
+        })
+    }
+
+    /// Gives the pod its network namespace, veth pair and IP, with a default route via the gateway.
+    /// Idempotent: attaching the same UID again returns the existing attachment.
+    pub fn attach_pod(&self, pod_uid: &str) -> Result<PodNet> {
+        let hex = uid_hex(pod_uid)?;
+        let netns = format!("{NETNS_PREFIX}{hex}");
+        let host_veth = format!("{HOST_VETH_PREFIX}{hex}");
+        let _lock = lock_allocation()?;
+
+        if let Some(existing) = existing_attachment(&netns, &host_veth)? {
+            return Ok(existing);
+        }
+        // A half-built attachment (say, an earlier attach was interrupted): start over.
+        remove_attachment(&netns, &host_veth)?;
+
+        let used = used_ips()?;
+        let ip = self.allocate(&used)?;
+        let net = PodNet {
+            netns,
+            ip,
+            host_veth,
+        };
+        if let Err(error) = build_attachment(&net) {
+            // Leave nothing half-built behind; the original error is what matters.
+            let _ = remove_attachment(&net.netns, &net.host_veth);
+            return Err(error);
+        }
+        Ok(net)
+    }
+
+    /// Deletes the pod's veth pair and network namespace, which frees its IP. Idempotent.
+    pub fn detach_pod(&self, net: &PodNet) -> Result<()> {
+        let _lock = lock_allocation()?;
+        remove_attachment(&net.netns, &net.host_veth)
+    }
+
+    /// Cuts the pod off the network (its host-side veth goes down): established connections hang
+    /// as on a real partition rather than being reset.
+    pub fn partition(&self, net: &PodNet) -> Result<()> {
+        ip(&["link", "set", &net.host_veth, "down"])?;
+        Ok(())
+    }
+
+    /// Reverses [`Network::partition`].
+    pub fn heal(&self, net: &PodNet) -> Result<()> {
+        ip(&["link", "set", &net.host_veth, "up"])?;
+        Ok(())
+    }
+
+    /// Deletes every `vkotb-*` network namespace (with its veth) and the bridge.
+    pub fn teardown(&self) -> Result<()> {
+        let _lock = lock_allocation()?;
+        for netns in testbed_netns()? {
+            let hex = netns.trim_start_matches(NETNS_PREFIX);
+            remove_attachment(&netns, &format!("{HOST_VETH_PREFIX}{hex}"))?;
+        }
+        // Host veths whose namespace name is already gone but whose namespace is still held open
+        // by a process (the veth lives as long as the namespace does).
+        for veth in testbed_host_veths()? {
+            delete_link_if_exists(&veth)?;
+        }
+        delete_link_if_exists(BRIDGE)?;
+        Ok(())
+    }
+
+    fn allocate(&self, used: &HashSet<Ipv4Addr>) -> Result<Ipv4Addr> {
+        let mut next = self
+            .next_ip
+            .lock()
+            .map_err(|_| Error::Other("pod IP allocator lock poisoned".into()))?;
+        let first = u32::from(network_address());
+        let last = u32::from(broadcast_address());
+        let mut candidate = *next;
+        for _ in first..=last {
+            if candidate <= u32::from(gateway()) || candidate >= last {
+                candidate = u32::from(gateway()) + 1;
+            }
+            let ip = Ipv4Addr::from(candidate);
+            candidate += 1;
+            if !used.contains(&ip) {
+                *next = candidate;
+                return Ok(ip);
+            }
+        }
+        Err(Error::Other(format!(
+            "no free pod IP left in {}/{PREFIX_LEN}",
+            network_address()
+        )))
+    }
+}
+
+/// The first 12 hex digits of the pod UID (dashes removed), lower-case.
+fn uid_hex(pod_uid: &str) -> Result<String> {
+    let hex: String = pod_uid
+        .chars()
+        .filter(|c| *c != '-')
+        .take(UID_HEX_DIGITS)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    if hex.len() < UID_HEX_DIGITS || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::Invalid {
+            what: "pod UID".into(),
+            detail: format!("{pod_uid:?} does not start with {UID_HEX_DIGITS} hex digits"),
+        });
+    }
+    Ok(hex)
+}
+
+/// Serialises allocation across threads and processes. `ip netns add` creates the directory too;
+/// locking the directory itself leaves no lock file behind.
+fn lock_allocation() -> Result<Flock<File>> {
+    std::fs::create_dir_all(NETNS_DIR).map_err(Error::io(format!("creating {NETNS_DIR}")))?;
+    let dir = File::open(NETNS_DIR).map_err(Error::io(format!("opening {NETNS_DIR}")))?;
+    Flock::lock(dir, FlockArg::LockExclusive).map_err(|(_, errno)| Error::Io {
+        what: format!("locking {NETNS_DIR}"),
+        source: errno.into(),
+    })
+}
+
+fn build_attachment(net: &PodNet) -> Result<()> {
+    let PodNet {
+        netns,
+        ip: pod_ip,
+        host_veth,
+    } = net;
+    let ip_text = pod_ip.to_string();
+    let pod_cidr = format!("{pod_ip}/{PREFIX_LEN}");
+    let gateway_text = gateway().to_string();
+    ip(&["netns", "add", netns])?;
+    ip(&[
+        "link", "add", host_veth, "type", "veth", "peer", "name", "eth0", "netns", netns,
+    ])?;
+    ip(&["link", "set", host_veth, "alias", &ip_text])?;
+    ip(&["link", "set", host_veth, "master", BRIDGE, "up"])?;
+    ip(&["-n", netns, "link", "set", "lo", "up"])?;
+    ip(&["-n", netns, "addr", "add", &pod_cidr, "dev", "eth0"])?;
+    ip(&["-n", netns, "link", "set", "eth0", "up"])?;
+    ip(&[
+        "-n",
+        netns,
+        "route",
+        "replace",
+        "default",
+        "via",
+        &gateway_text,
+        "dev",
+        "eth0",
+    ])?;
+    Ok(())
+}
+
+/// The attachment as it exists in the kernel, if it is complete.
+fn existing_attachment(netns: &str, host_veth: &str) -> Result<Option<PodNet>> {
+    if !netns_exists(netns) {
+        return Ok(None);
+    }
+    let Some(alias) = veth_aliases()?
+        .into_iter()
+        .find_map(|(name, alias)| (name == host_veth).then_some(alias))
+    else {
+        return Ok(None);
+    };
+    let Ok(pod_ip) = alias.parse::<Ipv4Addr>() else {
+        return Ok(None);
+    };
+    let addresses =
+        ip(&["-n", netns, "-o", "-4", "addr", "show", "dev", "eth0"]).unwrap_or_default();
+    if !addresses.contains(&format!(" {pod_ip}/{PREFIX_LEN} ")) {
+        return Ok(None);
+    }
+    Ok(Some(PodNet {
+        netns: netns.to_string(),
+        ip: pod_ip,
+        host_veth: host_veth.to_string(),
+    }))
+}
+
+/// Deletes the veth (both ends) and the namespace name; each step is skipped when already gone.
+fn remove_attachment(netns: &str, host_veth: &str) -> Result<()> {
+    // The veth first: if a process still holds the namespace open, deleting only the name would
+    // keep the namespace, its veth and its IP alive.
+    delete_link_if_exists(host_veth)?;
+    if netns_exists(netns) {
+        ip(&["netns", "delete", netns])?;
+    }
+    Ok(())
+}
+
+fn delete_link_if_exists(name: &str) -> Result<()> {
+    if link_exists(None, name)? {
+        let deleted = ip(&["link", "delete", name]);
+        if let Err(error) = deleted
+            && link_exists(None, name)?
+        {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+fn netns_exists(netns: &str) -> bool {
+    Path::new(NETNS_DIR).join(netns).exists()
+}
+
+fn testbed_netns() -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(NETNS_DIR) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(Error::io(format!("listing {NETNS_DIR}"))(error)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(Error::io(format!("listing {NETNS_DIR}")))?;
+        if let Some(name) = entry.file_name().to_str()
+            && name.starts_with(NETNS_PREFIX)
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn is_testbed_host_veth(name: &str) -> bool {
+    name.strip_prefix(HOST_VETH_PREFIX).is_some_and(|hex| {
+        hex.len() == UID_HEX_DIGITS && hex.chars().all(|c| c.is_ascii_hexdigit())
+    })
+}
+
+fn testbed_host_veths() -> Result<Vec<String>> {
+    Ok(veth_aliases()?
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| is_testbed_host_veth(name))
+        .collect())
+}
+
+/// Pod IPs held by attached pods: the aliases of the testbed's host-side veths.
+fn used_ips() -> Result<HashSet<Ipv4Addr>> {
+    Ok(veth_aliases()?
+        .into_iter()
+        .filter(|(name, _)| is_testbed_host_veth(name))
+        .filter_map(|(_, alias)| alias.parse().ok())
+        .collect())
+}
+
+/// (interface name, alias) of every veth in the host namespace.
+fn veth_aliases() -> Result<Vec<(String, String)>> {
+    #[derive(serde::Deserialize)]
+    struct Link {
+        ifname: String,
+        #[serde(default)]
+        ifalias: Option<String>,
+    }
+    let json = ip(&["-j", "link", "show", "type", "veth"])?;
+    let json = if json.trim().is_empty() { "[]" } else { &json };
+    let links: Vec<Link> = serde_json::from_str(json).map_err(|error| Error::Command {
+        command: "ip -j link show type veth".into(),
+        detail: format!("unexpected output: {error}"),
+    })?;
+    Ok(links
+        .into_iter()
+        .map(|link| (link.ifname, link.ifalias.unwrap_or_default()))
+        .collect())
+}
+
+fn link_exists(netns: Option<&str>, name: &str) -> Result<bool> {
+    let mut args = Vec::new();
+    if let Some(netns) = netns {
+        args.extend(["-n", netns]);
+    }
+    args.extend(["-o", "link", "show", "dev", name]);
+    let output = run_ip(&args)?;
+    Ok(output.status.success())
+}
+
+fn run_ip(args: &[&str]) -> Result<std::process::Output> {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(Error::io(format!("running `ip {}`", args.join(" "))))
+}
+
+/// Runs `ip ARGS`, returning its stdout; a non-zero exit is an error carrying its stderr.
+fn ip(args: &[&str]) -> Result<String> {
+    let output = run_ip(args)?;
+    if !output.status.success() {
+        return Err(Error::Command {
+            command: format!("ip {}", args.join(" ")),
+            detail: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uid_hex_takes_twelve_hex_digits_without_dashes() {
+        assert_eq!(
+            uid_hex("3F2A9B1C-44D0-4e1a-9c3b-0123456789ab").unwrap(),
+            "3f2a9b1c44d0"
+        );
+        assert!(uid_hex("not-a-uid-at-all").is_err());
+        assert!(uid_hex("abc").is_err());
+    }
+
+    #[test]
+    fn host_veth_names_fit_in_an_interface_name() {
+        let name = format!("{HOST_VETH_PREFIX}{}", uid_hex("0123456789abcdef").unwrap());
+        assert!(name.len() <= 15);
+        assert!(is_testbed_host_veth(&name));
+        assert!(!is_testbed_host_veth("vkexp1"));
+        assert!(!is_testbed_host_veth("eth0"));
+    }
+
+    #[test]
+    fn allocation_skips_reserved_and_used_addresses_and_moves_forward() {
+        let network = Network {
+            next_ip: Mutex::new(u32::from(gateway()) + 1),
+        };
+        let mut used = HashSet::new();
+        used.insert(Ipv4Addr::new(10, 244, 0, 3));
+        assert_eq!(
+            network.allocate(&used).unwrap(),
+            Ipv4Addr::new(10, 244, 0, 2)
+        );
+        assert_eq!(
+            network.allocate(&used).unwrap(),
+            Ipv4Addr::new(10, 244, 0, 4)
+        );
+        // Freed addresses are not reused right away.
+        assert_eq!(
+            network.allocate(&HashSet::new()).unwrap(),
+            Ipv4Addr::new(10, 244, 0, 5)
+        );
+        // Wraps around past the broadcast address, never handing out .0.0, .0.1 or .255.255.
+        *network.next_ip.lock().unwrap() = u32::from(broadcast_address());
+        assert_eq!(
+            network.allocate(&HashSet::new()).unwrap(),
+            Ipv4Addr::new(10, 244, 0, 2)
+        );
+    }
+}
