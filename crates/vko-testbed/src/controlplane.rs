@@ -1,6 +1,902 @@
-//! (grows in the testbed issue)
+//! The control plane from real binaries: building them from `xtask/k8s` (Go), starting etcd,
+//! kube-apiserver, kube-controller-manager and kube-scheduler with the testbed's PKI, waiting until
+//! they serve, stopping them; and `vko-testbed serve`, the supervisor that runs a whole testbed.
 
-/// Entry point of `vko-testbed serve`.
-pub fn serve_main(_args: &[String]) -> crate::Result<()> {
-    Err(crate::Error::Other("serve is not built yet".into()))
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+
+use crate::paths::{self, Paths};
+use crate::pki::{APISERVER_BRIDGE_IP, Pki};
+use crate::{Error, Result, net};
+
+/// etcd's client and peer ports (off the defaults so a host etcd does not collide).
+pub const ETCD_CLIENT_PORT: u16 = 12379;
+pub const ETCD_PEER_PORT: u16 = 12380;
+pub const APISERVER_PORT: u16 = 6443;
+const CONTROLLER_MANAGER_PORT: u16 = 10257;
+const SCHEDULER_PORT: u16 = 10259;
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// Short, so node-loss tests see a NotReady node within half a minute.
+pub const NODE_MONITOR_GRACE_PERIOD: &str = "20s";
+
+/// How long a stopping component gets between SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+const LOG_TAIL_LINES: usize = 30;
+
+/// The API server's URL, as every client (host, pods) sees it.
+pub fn apiserver_url() -> String {
+    format!("https://{APISERVER_BRIDGE_IP}:{APISERVER_PORT}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building the Go binaries
+// ---------------------------------------------------------------------------------------------
+
+/// What [`build_binaries`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildOutcome {
+    /// The cache was complete; nothing was built.
+    AlreadyBuilt,
+    Built {
+        elapsed: Duration,
+    },
+}
+
+/// Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd from the wrapper
+/// module in `go_module_dir` into `dest` (skipped when `dest` is already complete). Builds into a
+/// sibling temp directory and renames it into place, so an interrupted build never leaves a
+/// half-filled cache. `extra_env` is passed to `go` (for example an empty `GOCACHE` for a cold build).
+pub fn build_binaries(
+    go_module_dir: &Path,
+    dest: &Path,
+    extra_env: &[(String, String)],
+) -> Result<BuildOutcome> {
+    if paths::bin_dir_is_complete(dest) {
+        return Ok(BuildOutcome::AlreadyBuilt);
+    }
+    let parent = dest.parent().ok_or_else(|| Error::Invalid {
+        what: "binary cache directory".into(),
+        detail: format!("{} has no parent", dest.display()),
+    })?;
+    std::fs::create_dir_all(parent).map_err(Error::io(format!("creating {}", parent.display())))?;
+    let dest_name = dest
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let staging = parent.join(format!(".{dest_name}.building-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)
+        .map_err(Error::io(format!("creating {}", staging.display())))?;
+
+    let result = run_go_build(go_module_dir, &staging, extra_env).and_then(|elapsed| {
+        std::fs::rename(staging.join("server"), staging.join("etcd"))
+            .map_err(Error::io("renaming etcd's `server` binary to `etcd`"))?;
+        std::fs::write(staging.join(paths::VERSION_STAMP), paths::version_stamp())
+            .map_err(Error::io("writing the version stamp"))?;
+        if dest.exists() {
+            std::fs::remove_dir_all(dest)
+                .map_err(Error::io(format!("replacing {}", dest.display())))?;
+        }
+        std::fs::rename(&staging, dest).map_err(Error::io(format!(
+            "moving the binaries to {}",
+            dest.display()
+        )))?;
+        Ok(BuildOutcome::Built { elapsed })
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result
+}
+
+/// The `-X` version stamps Kubernetes' own build sets (`kubectl version` and `/version` report them).
+fn version_ldflags() -> String {
+    let version = paths::KUBERNETES_VERSION;
+    let (major, minor) = {
+        let mut parts = version.trim_start_matches('v').split('.');
+        (
+            parts.next().unwrap_or("1").to_string(),
+            parts.next().unwrap_or("0").to_string(),
+        )
+    };
+    [
+        format!("-X k8s.io/component-base/version.gitVersion={version}"),
+        format!("-X k8s.io/component-base/version.gitMajor={major}"),
+        format!("-X k8s.io/component-base/version.gitMinor={minor}"),
+        format!("-X k8s.io/client-go/pkg/version.gitVersion={version}"),
+        "-X k8s.io/component-base/version.gitTreeState=clean".to_string(),
+    ]
+    .join(" ")
+}
+
+fn run_go_build(
+    go_module_dir: &Path,
+    out_dir: &Path,
+    extra_env: &[(String, String)],
+) -> Result<Duration> {
+    let ldflags = format!("-s -w {}", version_ldflags());
+    let mut out = out_dir.as_os_str().to_os_string();
+    out.push("/");
+    let packages = [
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubectl",
+        "go.etcd.io/etcd/server/v3",
+    ];
+    let mut command = Command::new("go");
+    command
+        .current_dir(go_module_dir)
+        .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
+        .arg(&out)
+        .args(packages)
+        .envs(extra_env.iter().map(|(key, value)| (key, value)))
+        .stdin(Stdio::null());
+    eprintln!(
+        "building Kubernetes {} and etcd {} from {} (a cold build takes many minutes on 2 cores)",
+        paths::KUBERNETES_VERSION,
+        paths::ETCD_VERSION,
+        go_module_dir.display()
+    );
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|error| Error::Command {
+        command: "go build".into(),
+        detail: format!("could not start `go` (is Go installed and on PATH?): {error}"),
+    })?;
+    let mut last_heartbeat = Instant::now();
+    let status = loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(Error::io("waiting for go build"))?
+        {
+            break status;
+        }
+        if last_heartbeat.elapsed() >= Duration::from_secs(30) {
+            eprintln!(
+                "  ... go build still running ({} elapsed)",
+                format_duration(started.elapsed())
+            );
+            last_heartbeat = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    if !status.success() {
+        return Err(Error::Command {
+            command: "go build".into(),
+            detail: format!("{status} (its output is above)"),
+        });
+    }
+    let elapsed = started.elapsed();
+    eprintln!("built the Go binaries in {}", format_duration(elapsed));
+    Ok(elapsed)
+}
+
+/// `1m05s`-style durations for progress lines and reports.
+pub fn format_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    if seconds < 60.0 {
+        format!("{seconds:.1}s")
+    } else {
+        let whole = duration.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes that die with the supervisor
+// ---------------------------------------------------------------------------------------------
+
+/// Makes the child get SIGKILL when the thread that spawned it exits (`PR_SET_PDEATHSIG`), so a
+/// SIGKILLed supervisor leaves no orphans. The signal follows the spawning THREAD, not the process:
+/// spawn from a thread that lives as long as the child should (the supervisor's main thread, a tokio
+/// worker thread), never from a `spawn_blocking` thread, which exits when idle.
+#[allow(unsafe_code)]
+pub fn die_with_parent(command: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (prctl, getppid); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|errno| std::io::Error::from_raw_os_error(errno as i32))?;
+            // The parent may have died before prctl took effect.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// One running control-plane component.
+struct Component {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Component {
+    fn spawn(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        log: PathBuf,
+    ) -> Result<Component> {
+        let log_file = std::fs::File::create(&log)
+            .map_err(Error::io(format!("creating {}", log.display())))?;
+        let stderr = log_file
+            .try_clone()
+            .map_err(Error::io(format!("opening {}", log.display())))?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(stderr);
+        // Own process group: a Ctrl-C on the terminal reaches only the supervisor, which then stops
+        // the components in order.
+        command.process_group(0);
+        die_with_parent(&mut command);
+        let child = command.spawn().map_err(|error| Error::Command {
+            command: program.display().to_string(),
+            detail: format!("could not start {name}: {error}"),
+        })?;
+        tracing::info!(component = name, pid = child.id(), log = %log.display(), "started");
+        Ok(Component { name, child, log })
+    }
+
+    /// Fails (with the log's tail) when the process has exited.
+    fn check_running(&mut self) -> Result<()> {
+        match self
+            .child
+            .try_wait()
+            .map_err(Error::io(format!("waiting for {}", self.name)))?
+        {
+            None => Ok(()),
+            Some(status) => Err(Error::Command {
+                command: self.name.to_string(),
+                detail: format!(
+                    "exited during startup ({status}); its log is {}:\n{}",
+                    self.log.display(),
+                    log_tail(&self.log, LOG_TAIL_LINES)
+                ),
+            }),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps the process.
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                tracing::info!(component = self.name, "stopped");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        tracing::warn!(
+            component = self.name,
+            "did not stop within {STOP_GRACE:?} of SIGTERM; killing it"
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last `lines` lines of a log file (or a note that it cannot be read).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) => return format!("(cannot read {}: {error})", path.display()),
+    };
+    // Only the end matters; component logs can be large.
+    let length = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(length.saturating_sub(64 * 1024)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The control plane
+// ---------------------------------------------------------------------------------------------
+
+/// etcd, kube-apiserver, kube-controller-manager and kube-scheduler of one testbed.
+pub struct ControlPlane {
+    paths: Paths,
+    bin_dir: PathBuf,
+    pki: Option<Pki>,
+    /// In start order; stopped in reverse.
+    components: Vec<Component>,
+}
+
+impl ControlPlane {
+    /// A control plane that has not started anything yet.
+    pub fn new(paths: Paths, bin_dir: PathBuf) -> ControlPlane {
+        ControlPlane {
+            paths,
+            bin_dir,
+            pki: None,
+            components: Vec::new(),
+        }
+    }
+
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// Generates the PKI and kubeconfigs, starts every component and waits until each one serves.
+    /// On error, whatever was started is still recorded: call [`ControlPlane::stop`].
+    pub async fn start(&mut self) -> Result<()> {
+        for binary in paths::GO_BINARIES {
+            if !self.bin_dir.join(binary).is_file() {
+                return Err(Error::Other(format!(
+                    "{} is missing from {}: run `cargo xtask testbed build`",
+                    binary,
+                    self.bin_dir.display()
+                )));
+            }
+        }
+        for dir in [self.paths.logs_dir(), self.paths.etcd_data_dir()] {
+            std::fs::create_dir_all(&dir)
+                .map_err(Error::io(format!("creating {}", dir.display())))?;
+        }
+        let pki = Pki::generate(&self.paths.pki_dir())?;
+        for (user, cert_stem) in [
+            ("admin", "admin"),
+            ("kube-controller-manager", "kube-controller-manager"),
+            ("kube-scheduler", "kube-scheduler"),
+        ] {
+            write_kubeconfig(&self.paths.kubeconfig(user), &pki, user, cert_stem)?;
+        }
+        self.pki = Some(pki.clone());
+
+        let etcd = self.spawn("etcd", self.etcd_args())?;
+        wait_ready(
+            &mut self.components[etcd],
+            Duration::from_secs(30),
+            probe_etcd,
+        )
+        .await?;
+        tracing::info!("etcd is healthy");
+
+        let apiserver = self.spawn("kube-apiserver", self.apiserver_args(&pki))?;
+        let admin = admin_client(&self.paths).await?;
+        wait_ready(
+            &mut self.components[apiserver],
+            Duration::from_secs(90),
+            || probe_get(&admin, "/readyz"),
+        )
+        .await?;
+        tracing::info!("kube-apiserver is ready");
+
+        let controller_manager = self.spawn(
+            "kube-controller-manager",
+            self.controller_manager_args(&pki),
+        )?;
+        let scheduler = self.spawn("kube-scheduler", self.scheduler_args())?;
+        let cm_health = insecure_local_client(CONTROLLER_MANAGER_PORT)?;
+        let scheduler_health = insecure_local_client(SCHEDULER_PORT)?;
+        wait_ready(
+            &mut self.components[controller_manager],
+            Duration::from_secs(60),
+            || probe_get(&cm_health, "/healthz"),
+        )
+        .await?;
+        wait_ready(
+            &mut self.components[scheduler],
+            Duration::from_secs(60),
+            || probe_get(&scheduler_health, "/healthz"),
+        )
+        .await?;
+        tracing::info!("kube-controller-manager and kube-scheduler are healthy");
+        Ok(())
+    }
+
+    /// Stops every started component, newest first. Idempotent.
+    pub fn stop(&mut self) {
+        while let Some(mut component) = self.components.pop() {
+            component.stop();
+        }
+    }
+
+    fn spawn(&mut self, name: &'static str, args: Vec<String>) -> Result<usize> {
+        let program = self.bin_dir.join(name);
+        let component = Component::spawn(name, &program, &args, self.paths.component_log(name))?;
+        self.components.push(component);
+        Ok(self.components.len() - 1)
+    }
+
+    fn etcd_args(&self) -> Vec<String> {
+        let client = format!("http://127.0.0.1:{ETCD_CLIENT_PORT}");
+        let peer = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
+        vec![
+            "--name=testbed".into(),
+            format!("--data-dir={}", self.paths.etcd_data_dir().display()),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster=testbed={peer}"),
+            "--initial-cluster-state=new".into(),
+            // The data is thrown away with the testbed; fsync only slows every write down.
+            "--unsafe-no-fsync=true".into(),
+            "--log-level=warn".into(),
+        ]
+    }
+
+    fn apiserver_args(&self, pki: &Pki) -> Vec<String> {
+        let path = |path: PathBuf| path.display().to_string();
+        vec![
+            format!("--advertise-address={APISERVER_BRIDGE_IP}"),
+            format!("--bind-address={APISERVER_BRIDGE_IP}"),
+            format!("--secure-port={APISERVER_PORT}"),
+            format!("--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}"),
+            format!("--client-ca-file={}", path(pki.ca_cert())),
+            format!("--tls-cert-file={}", path(pki.apiserver_cert())),
+            format!("--tls-private-key-file={}", path(pki.apiserver_key())),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+            format!(
+                "--service-account-key-file={}",
+                path(pki.service_account_public_key())
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                path(pki.service_account_key())
+            ),
+            "--authorization-mode=Node,RBAC".into(),
+            "--allow-privileged=true".into(),
+            // No real endpoints behind the `kubernetes` Service: clients use the bridge address.
+            "--endpoint-reconciler-type=none".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                path(pki.cert("apiserver-kubelet-client"))
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                path(pki.key("apiserver-kubelet-client"))
+            ),
+            // Fake node names do not resolve; their InternalIP does.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            "--profiling=false".into(),
+        ]
+    }
+
+    fn controller_manager_args(&self, pki: &Pki) -> Vec<String> {
+        let kubeconfig = self
+            .paths
+            .kubeconfig("kube-controller-manager")
+            .display()
+            .to_string();
+        vec![
+            format!("--kubeconfig={kubeconfig}"),
+            // So /healthz is served to anonymous probes like on a kubeadm cluster.
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={CONTROLLER_MANAGER_PORT}"),
+            "--leader-elect=false".into(),
+            "--controllers=*".into(),
+            "--use-service-account-credentials=true".into(),
+            format!(
+                "--service-account-private-key-file={}",
+                pki.service_account_key().display()
+            ),
+            format!("--root-ca-file={}", pki.ca_cert().display()),
+            format!("--cluster-signing-cert-file={}", pki.ca_cert().display()),
+            format!("--cluster-signing-key-file={}", pki.ca_key().display()),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}"),
+            "--profiling=false".into(),
+        ]
+    }
+
+    fn scheduler_args(&self) -> Vec<String> {
+        let kubeconfig = self
+            .paths
+            .kubeconfig("kube-scheduler")
+            .display()
+            .to_string();
+        vec![
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={SCHEDULER_PORT}"),
+            "--leader-elect=false".into(),
+            "--profiling=false".into(),
+        ]
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Writes a kubeconfig for `user` authenticating with the client certificate `<cert_stem>.crt`.
+fn write_kubeconfig(path: &Path, pki: &Pki, user: &str, cert_stem: &str) -> Result<()> {
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "vko-testbed",
+            "cluster": {
+                "server": apiserver_url(),
+                "certificate-authority": pki.ca_cert().display().to_string(),
+            },
+        }],
+        "users": [{
+            "name": user,
+            "user": {
+                "client-certificate": pki.cert(cert_stem).display().to_string(),
+                "client-key": pki.key(cert_stem).display().to_string(),
+            },
+        }],
+        "contexts": [{
+            "name": "vko-testbed",
+            "context": { "cluster": "vko-testbed", "user": user },
+        }],
+        "current-context": "vko-testbed",
+    });
+    let text = serde_norway::to_string(&kubeconfig)
+        .map_err(|error| Error::Other(format!("kubeconfig: {error}")))?;
+    std::fs::write(path, text).map_err(Error::io(format!("writing {}", path.display())))
+}
+
+/// A client for the testbed's API server with the admin identity.
+pub async fn admin_client(paths: &Paths) -> Result<kube::Client> {
+    client_from_kubeconfig(&paths.admin_kubeconfig()).await
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .map_err(|error| Error::Other(format!("reading kubeconfig {}: {error}", path.display())))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|error| Error::Other(format!("kubeconfig {}: {error}", path.display())))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// A client for a component's own HTTPS health endpoint on localhost (self-signed serving cert).
+fn insecure_local_client(port: u16) -> Result<kube::Client> {
+    let url = format!("https://127.0.0.1:{port}")
+        .parse()
+        .map_err(|error| Error::Invalid {
+            what: "health URL".into(),
+            detail: format!("{error}"),
+        })?;
+    let mut config = kube::Config::new(url);
+    config.accept_invalid_certs = true;
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(Duration::from_secs(5));
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn probe_etcd() -> Result<()> {
+    let url = format!("http://127.0.0.1:{ETCD_CLIENT_PORT}")
+        .parse()
+        .map_err(|error| Error::Invalid {
+            what: "etcd URL".into(),
+            detail: format!("{error}"),
+        })?;
+    let mut config = kube::Config::new(url);
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(Duration::from_secs(5));
+    let client = kube::Client::try_from(config)?;
+    let body = probe_text(&client, "/health").await?;
+    if body.contains("\"health\":\"true\"") {
+        Ok(())
+    } else {
+        Err(Error::Other(format!("etcd /health says {body}")))
+    }
+}
+
+async fn probe_get(client: &kube::Client, path: &str) -> Result<()> {
+    probe_text(client, path).await.map(|_| ())
+}
+
+async fn probe_text(client: &kube::Client, path: &str) -> Result<String> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|error| Error::Other(format!("building GET {path}: {error}")))?;
+    let text = tokio::time::timeout(Duration::from_secs(5), client.request_text(request))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("GET {path}"),
+            seconds: 5,
+        })??;
+    Ok(text)
+}
+
+/// Polls `probe` until it succeeds, failing early when the component exits and with its log's tail
+/// on timeout.
+async fn wait_ready<F, Fut>(
+    component: &mut Component,
+    timeout: Duration,
+    mut probe: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        component.check_running()?;
+        let last_error = match probe().await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::Other(format!(
+                "{} did not become ready within {}s (last probe: {last_error}); its log is {}:\n{}",
+                component.name,
+                timeout.as_secs(),
+                component.log.display(),
+                log_tail(&component.log, LOG_TAIL_LINES)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `vko-testbed serve`
+// ---------------------------------------------------------------------------------------------
+
+/// Options of `vko-testbed serve`.
+#[derive(Debug)]
+struct ServeOptions {
+    state_dir: Option<PathBuf>,
+    bin_dir: Option<PathBuf>,
+}
+
+impl ServeOptions {
+    fn parse(args: &[String]) -> Result<ServeOptions> {
+        let usage = || Error::Invalid {
+            what: "command line".into(),
+            detail: "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR]".into(),
+        };
+        let mut options = ServeOptions {
+            state_dir: None,
+            bin_dir: None,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--state-dir" => options.state_dir = Some(args.next().ok_or_else(usage)?.into()),
+                "--bin-dir" => options.bin_dir = Some(args.next().ok_or_else(usage)?.into()),
+                _ => return Err(usage()),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Entry point of `vko-testbed serve`: runs a whole testbed until SIGTERM/SIGINT, then tears it down.
+pub fn serve_main(args: &[String]) -> Result<()> {
+    let options = ServeOptions::parse(args)?;
+    paths::require_root()?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let paths = options
+        .state_dir
+        .map(Paths::new)
+        .unwrap_or_else(Paths::from_env);
+    let bin_dir = options.bin_dir.unwrap_or_else(paths::bin_dir);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::io("starting the tokio runtime"))?;
+    // block_on runs `serve` on this (main) thread, so the control-plane processes it spawns are tied
+    // to a thread that lives until the end (see `die_with_parent`).
+    runtime.block_on(serve(paths, bin_dir))
+}
+
+/// Everything the supervisor started, torn down in reverse order.
+struct Supervised {
+    network: Option<Arc<net::Network>>,
+    control_plane: ControlPlane,
+}
+
+impl Supervised {
+    fn teardown(&mut self) {
+        self.control_plane.stop();
+        if let Some(network) = self.network.take()
+            && let Err(error) = network.teardown()
+        {
+            tracing::error!("tearing down the network: {error}");
+        }
+    }
+}
+
+async fn serve(paths: Paths, bin_dir: PathBuf) -> Result<()> {
+    let state_dir = paths.state_dir().to_path_buf();
+    claim_state_dir(&paths)?;
+    tracing::info!(state_dir = %state_dir.display(), bin_dir = %bin_dir.display(), "starting the testbed");
+
+    let shutdown = CancellationToken::new();
+    spawn_signal_listener(shutdown.clone())?;
+
+    let mut supervised = Supervised {
+        network: None,
+        control_plane: ControlPlane::new(paths.clone(), bin_dir),
+    };
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        outcome = start(&mut supervised) => outcome,
+        () = shutdown.cancelled() => Err(Error::Other("stopped by a signal during startup".into())),
+    };
+    match &outcome {
+        Ok(()) => {
+            std::fs::write(
+                paths.ready_marker(),
+                format!("{}\n", paths.admin_kubeconfig().display()),
+            )
+            .map_err(Error::io("writing the ready marker"))?;
+            tracing::info!("testbed ready in {}", format_duration(started.elapsed()));
+            shutdown.cancelled().await;
+            tracing::info!("stopping the testbed");
+        }
+        Err(error) => tracing::error!("testbed startup failed: {error}"),
+    }
+    let _ = std::fs::remove_file(paths.ready_marker());
+    supervised.teardown();
+    let removed = paths::remove_state_dir(&state_dir);
+    if let Err(error) = &removed {
+        tracing::error!("{error}");
+    }
+    tracing::info!("testbed stopped");
+    outcome.and(removed)
+}
+
+async fn start(supervised: &mut Supervised) -> Result<()> {
+    // The API server binds the bridge address, so the bridge comes first.
+    supervised.network = Some(Arc::new(net::Network::setup()?));
+    tracing::info!("bridge {} is up", paths::BRIDGE_NAME);
+    supervised.control_plane.start().await?;
+    Ok(())
+}
+
+/// Creates the state directory and records this supervisor's pid; refuses when another live
+/// supervisor owns it.
+fn claim_state_dir(paths: &Paths) -> Result<()> {
+    if let Some(pid) = read_supervisor_pid(paths)
+        && pid != std::process::id()
+        && process_is_alive(pid)
+    {
+        return Err(Error::Other(format!(
+            "a testbed supervisor (pid {pid}) already runs with state directory {}",
+            paths.state_dir().display()
+        )));
+    }
+    std::fs::create_dir_all(paths.state_dir()).map_err(Error::io(format!(
+        "creating {}",
+        paths.state_dir().display()
+    )))?;
+    let _ = std::fs::remove_file(paths.ready_marker());
+    std::fs::write(paths.supervisor_pid(), format!("{}\n", std::process::id()))
+        .map_err(Error::io("writing the supervisor pid file"))
+}
+
+/// The pid recorded in `supervisor.pid`, if any.
+pub fn read_supervisor_pid(paths: &Paths) -> Option<u32> {
+    std::fs::read_to_string(paths.supervisor_pid())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether a process with this pid exists (and is not a zombie).
+pub fn process_is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn spawn_signal_listener(shutdown: CancellationToken) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(Error::io("listening for SIGTERM"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(Error::io("listening for SIGINT"))?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_ldflags_stamp_major_and_minor() {
+        let flags = version_ldflags();
+        assert!(flags.contains("gitVersion=v1.34.4"));
+        assert!(flags.contains("gitMajor=1 "));
+        assert!(flags.contains("gitMinor=34 "));
+        assert!(flags.contains("k8s.io/client-go/pkg/version.gitVersion=v1.34.4"));
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let path = std::env::temp_dir().join(format!("vko-log-tail-{}", std::process::id()));
+        let text: String = (1..=100).map(|line| format!("line {line}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(log_tail(&path, 2), "line 99\nline 100");
+        std::fs::remove_file(&path).unwrap();
+        assert!(log_tail(&path, 2).contains("cannot read"));
+    }
+
+    #[test]
+    fn serve_options_parse_and_reject_unknown_flags() {
+        let options = ServeOptions::parse(&["--state-dir".into(), "/x".into()]).unwrap();
+        assert_eq!(options.state_dir, Some(PathBuf::from("/x")));
+        assert!(ServeOptions::parse(&["--bogus".into()]).is_err());
+        assert!(ServeOptions::parse(&["--state-dir".into()]).is_err());
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(process_is_alive(std::process::id()));
+        assert!(!process_is_alive(u32::MAX - 1));
+    }
+
+    #[test]
+    fn a_child_spawned_with_die_with_parent_runs() {
+        let mut command = Command::new("true");
+        die_with_parent(&mut command);
+        assert!(command.status().unwrap().success());
+    }
+
+    #[test]
+    fn kubeconfig_points_at_the_bridge_address_with_the_users_cert() {
+        let dir = std::env::temp_dir().join(format!("vko-kubeconfig-{}", std::process::id()));
+        let pki = Pki::generate(&dir).unwrap();
+        let path = dir.join("admin.kubeconfig");
+        write_kubeconfig(&path, &pki, "admin", "admin").unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://10.244.0.1:6443"));
+        let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
+        assert_eq!(
+            user.client_certificate.as_deref(),
+            Some(pki.cert("admin").to_str().unwrap())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
