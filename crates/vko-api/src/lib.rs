@@ -1,3 +1,30 @@
 //! The `Valkey` custom resource (`vko.gtrfc.com/v1`): spec and status types, defaults, validation,
 //! condition/phase/reason enums, label keys and port numbers. No I/O: `Valkey::crd()` is the single
 //! source of the CRD.
+
+pub mod consts;
+mod duration;
+mod error;
+mod helpers;
+mod schema_tidy;
+mod spec;
+mod status;
+
+pub use duration::parse_go_duration;
+pub use error::Error;
+pub use helpers::{ObserverUnreadyChecks, image_version};
+pub use spec::{
+    AntiAffinityMode, AntiAffinitySpec, AuthSpec, CertManagerSpec, IssuerKind, IssuerRef,
+    MetricsServiceSpec, MetricsSpec, NetworkPolicySpec, ObserverLogLevel, ObserverMtlsSpec,
+    ObserverSpec, ObserverUnreadyWhenSpec, PersistenceMode, PersistenceSpec,
+    PodDisruptionBudgetSpec, RollingUpdateSpec, SentinelSpec, ServiceMonitorSpec, TlsSpec, Valkey,
+    ValkeySpec,
+};
+pub use status::{ConditionReason, ConditionType, Phase, ValkeyStatus};
+
+/// `apiVersion` of the resource.
+pub const API_VERSION: &str = "vko.gtrfc.com/v1";
+/// `kind` of the resource.
+pub const KIND: &str = "Valkey";
+/// Name of the CustomResourceDefinition object.
+pub const CRD_NAME: &str = "valkeys.vko.gtrfc.com";

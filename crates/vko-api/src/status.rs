@@ -1,0 +1,338 @@
+//! `status` of the `Valkey` resource, its phase, and the condition types and reasons.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Observed state, written by the operator only.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema_tidy::tidy)]
+pub struct ValkeyStatus {
+    /// Number of Valkey data pods that are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+
+    /// Name of the pod that currently answers as master.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_pod: Option<String>,
+
+    /// Whether the observer Deployment has a ready pod; only set when the observer is enabled.
+    /// The observer is ready when its last health verdict was good, so this is a health signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observer_ready: Option<bool>,
+
+    /// Lifecycle phase: `OK`, `Provisioning`, `Syncing`, `Rolling Update i/n`,
+    /// `Sentinel Rolling Update i/n`, `Failover in progress` or `Error` (see message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// Human-readable explanation of the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Standard Kubernetes conditions (Ready, ReconcileBlocked, RollingUpdatePaused, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Option<Vec<Condition>>,
+
+    /// Version of the operator that last reconciled this resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_version: Option<String>,
+
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Lifecycle phase of a `Valkey`. Serialized exactly as the strings users see in
+/// `kubectl get valkey` (`OK`, `Rolling Update 2/3`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Healthy.
+    Ok,
+    /// Initial setup in progress.
+    Provisioning,
+    /// Replication sync in progress.
+    Syncing,
+    /// Data-tier rolling update, `current` of `total` pods.
+    RollingUpdate {
+        /// 1-based position of the pod being replaced.
+        current: i32,
+        /// Pods in the tier.
+        total: i32,
+    },
+    /// Sentinel-tier rolling update, `current` of `total` pods.
+    SentinelRollingUpdate {
+        /// 1-based position of the pod being replaced.
+        current: i32,
+        /// Pods in the tier.
+        total: i32,
+    },
+    /// Sentinel is switching the master.
+    FailoverInProgress,
+    /// The data plane cannot be verified or the spec cannot be applied (see `status.message`).
+    Error,
+    /// A phase string this version does not know (written by another operator version or by
+    /// hand). Kept verbatim so that reading such a resource never fails.
+    Unrecognized(String),
+}
+
+const ROLLING_UPDATE_PREFIX: &str = "Rolling Update ";
+const SENTINEL_ROLLING_UPDATE_PREFIX: &str = "Sentinel Rolling Update ";
+
+impl Phase {
+    /// The exact string written to `status.phase`.
+    pub fn as_string(&self) -> Cow<'static, str> {
+        match self {
+            Phase::Ok => Cow::Borrowed("OK"),
+            Phase::Provisioning => Cow::Borrowed("Provisioning"),
+            Phase::Syncing => Cow::Borrowed("Syncing"),
+            Phase::RollingUpdate { current, total } => {
+                Cow::Owned(format!("{ROLLING_UPDATE_PREFIX}{current}/{total}"))
+            }
+            Phase::SentinelRollingUpdate { current, total } => {
+                Cow::Owned(format!("{SENTINEL_ROLLING_UPDATE_PREFIX}{current}/{total}"))
+            }
+            Phase::FailoverInProgress => Cow::Borrowed("Failover in progress"),
+            Phase::Error => Cow::Borrowed("Error"),
+            Phase::Unrecognized(other) => Cow::Owned(other.clone()),
+        }
+    }
+
+    /// Parses a phase string. Never fails: unknown strings become [`Phase::Unrecognized`].
+    pub fn parse(text: &str) -> Phase {
+        match text {
+            "OK" => Phase::Ok,
+            "Provisioning" => Phase::Provisioning,
+            "Syncing" => Phase::Syncing,
+            "Failover in progress" => Phase::FailoverInProgress,
+            "Error" => Phase::Error,
+            _ => {
+                if let Some((current, total)) = text
+                    .strip_prefix(SENTINEL_ROLLING_UPDATE_PREFIX)
+                    .and_then(parse_progress)
+                {
+                    Phase::SentinelRollingUpdate { current, total }
+                } else if let Some((current, total)) = text
+                    .strip_prefix(ROLLING_UPDATE_PREFIX)
+                    .and_then(parse_progress)
+                {
+                    Phase::RollingUpdate { current, total }
+                } else {
+                    Phase::Unrecognized(text.to_owned())
+                }
+            }
+        }
+    }
+}
+
+/// Parses `i/n` with two plain non-negative decimal numbers.
+fn parse_progress(text: &str) -> Option<(i32, i32)> {
+    let (current, total) = text.split_once('/')?;
+    let number = |s: &str| -> Option<i32> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    Some((number(current)?, number(total)?))
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_string())
+    }
+}
+
+impl FromStr for Phase {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Phase::parse(s))
+    }
+}
+
+impl Serialize for Phase {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.as_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(Phase::parse(&text))
+    }
+}
+
+impl JsonSchema for Phase {
+    fn schema_name() -> Cow<'static, str> {
+        "Phase".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
+}
+
+/// Declares a fieldless enum whose variants map one-to-one onto fixed strings.
+macro_rules! string_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal, )+ }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $( $(#[$vmeta])* $variant, )+ }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )+ ];
+
+            /// The exact string used in the Kubernetes API.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $text, )+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = crate::Error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| crate::Error::UnknownName {
+                        what: stringify!($name),
+                        value: s.to_owned(),
+                    })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = Cow::<'de, str>::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// `type` of a condition in `status.conditions`.
+    pub enum ConditionType {
+        /// The data plane is serving (independent of whether the operator can write its objects).
+        Ready => "Ready",
+        /// A rolling update stopped waiting for a replaced pod to sync.
+        RollingUpdatePaused => "RollingUpdatePaused",
+        /// The last data-tier roll of a non-Sentinel cluster handed the master back to pod 0.
+        TopologyRestored => "TopologyRestored",
+        /// The only pod of a single-replica cluster runs an outdated sidecar image.
+        SidecarUpdatePending => "SidecarUpdatePending",
+        /// A managed object could not be written or the operator refused to write it.
+        ReconcileBlocked => "ReconcileBlocked",
+        /// The storage the spec asks for is not the storage the StatefulSet has.
+        StorageSpecNotApplied => "StorageSpecNotApplied",
+        /// A Sentinel knows more peers than the cluster has.
+        SentinelPeersStale => "SentinelPeersStale",
+        /// The Sentinel tier is being rolled.
+        SentinelUpdatePending => "SentinelUpdatePending",
+        /// A pod of the tier being rolled is stuck terminating.
+        PodTerminationStalled => "PodTerminationStalled",
+        /// Some pod still runs TLS material from before the last rotation.
+        TLSMaterialStale => "TLSMaterialStale",
+        /// More than one data pod answers as master during a roll.
+        MultipleMasters => "MultipleMasters",
+        /// A pod deleted by the roll has not been recreated by its StatefulSet.
+        PodRecreationStalled => "PodRecreationStalled",
+        /// No data pod carries the master role label, so the `-rw` Service is empty.
+        RWServiceEmpty => "RWServiceEmpty",
+    }
+}
+
+string_enum! {
+    /// `reason` of a condition in `status.conditions`.
+    pub enum ConditionReason {
+        /// Ready=True: every requested pod is running, reachable and replicating.
+        ClusterReady => "ClusterReady",
+        /// Ready=False: the data plane is not (yet) serving as requested.
+        ClusterNotReady => "ClusterNotReady",
+        /// RollingUpdatePaused=True: a replaced pod did not sync within syncTimeout.
+        SyncTimeoutExpired => "SyncTimeoutExpired",
+        /// RollingUpdatePaused / SentinelUpdatePending=False: the roll finished.
+        Completed => "Completed",
+        /// RollingUpdatePaused=False: nothing left to roll.
+        Converged => "Converged",
+        /// TopologyRestored=True: pod 0 is master again.
+        MasterRestored => "MasterRestored",
+        /// TopologyRestored=False: pod 0 did not sync in time; the promoted replica stays master.
+        RestorationAbandoned => "RestorationAbandoned",
+        /// SidecarUpdatePending=True.
+        SidecarImageOutdated => "SidecarImageOutdated",
+        /// SidecarUpdatePending=False.
+        SidecarImageCurrent => "SidecarImageCurrent",
+        /// ReconcileBlocked=True: an admission webhook or policy refused a write.
+        AdmissionWebhookDenied => "AdmissionWebhookDenied",
+        /// ReconcileBlocked=True: any other write failure.
+        WriteFailed => "WriteFailed",
+        /// ReconcileBlocked=True: a generated name is held by an object this Valkey does not own.
+        ForeignObject => "ForeignObject",
+        /// ReconcileBlocked / StorageSpecNotApplied=True: the StatefulSet must be recreated.
+        RecreateRequired => "RecreateRequired",
+        /// ReconcileBlocked=False.
+        ReconcileSucceeded => "ReconcileSucceeded",
+        /// StorageSpecNotApplied=True: only size/class/access modes differ.
+        VolumeClaimTemplatesImmutable => "VolumeClaimTemplatesImmutable",
+        /// StorageSpecNotApplied=False.
+        StorageSpecApplied => "StorageSpecApplied",
+        /// SentinelPeersStale=True.
+        SentinelPeersExceedReplicas => "SentinelPeersExceedReplicas",
+        /// SentinelPeersStale=False.
+        SentinelPeersCurrent => "SentinelPeersCurrent",
+        /// SentinelUpdatePending=True.
+        SentinelPodsOutdated => "SentinelPodsOutdated",
+        /// SentinelUpdatePending=False: Sentinel was disabled while the roll stood.
+        SentinelDisabled => "SentinelDisabled",
+        /// PodTerminationStalled=True.
+        PodStuckTerminating => "PodStuckTerminating",
+        /// PodTerminationStalled=False.
+        PodTerminationCleared => "PodTerminationCleared",
+        /// TLSMaterialStale=True.
+        TLSMaterialRollPending => "TLSMaterialRollPending",
+        /// TLSMaterialStale=False: every measured pod is current.
+        TLSMaterialCurrent => "TLSMaterialCurrent",
+        /// TLSMaterialStale=False: some pods carry no fingerprint yet.
+        TLSMaterialUnmeasured => "TLSMaterialUnmeasured",
+        /// TLSMaterialStale=False: TLS was turned off.
+        TLSMaterialNotApplicable => "TLSMaterialNotApplicable",
+        /// MultipleMasters=True, inside the transition bound.
+        MultipleMastersTransitional => "MultipleMastersTransitional",
+        /// MultipleMasters=True, past the transition bound.
+        MultipleMastersPersisted => "MultipleMastersPersisted",
+        /// MultipleMasters=False.
+        SingleMaster => "SingleMaster",
+        /// PodRecreationStalled=True.
+        PodNotRecreated => "PodNotRecreated",
+        /// PodRecreationStalled=False.
+        PodRecreated => "PodRecreated",
+        /// RWServiceEmpty=True.
+        NoPodLabeledMaster => "NoPodLabeledMaster",
+        /// RWServiceEmpty=False.
+        MasterLabeled => "MasterLabeled",
+    }
+}
