@@ -1,1 +1,240 @@
-//! (being built)
+//! The image map: the testbed has no images, so an image name is mapped to host binaries, and the
+//! container's argv is computed from the pod's `command`/`args` the way a container runtime combines
+//! them with an image's ENTRYPOINT and CMD.
+
+use std::path::PathBuf;
+
+/// Where an image's extra binaries are bind-mounted inside the container (first on PATH).
+pub const EXTRA_BIN_MOUNT: &str = "/vko/bin";
+
+/// The PATH a container gets unless its env sets one (the usual image default).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What an image name stands for on this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageMapping {
+    /// How the image's ENTRYPOINT treats the argv it is given.
+    pub entrypoint: Entrypoint,
+    /// The image's CMD: used when the pod gives neither `command` nor `args`.
+    pub default_cmd: Vec<String>,
+    /// Host directory bind-mounted at [`EXTRA_BIN_MOUNT`] and put first on PATH.
+    pub bin_dir: Option<PathBuf>,
+}
+
+/// The ENTRYPOINT of a mapped image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entrypoint {
+    /// No ENTRYPOINT: the argv is CMD (or the pod's `args`) as given.
+    None,
+    /// The official valkey image's `docker-entrypoint.sh`: when the first argument is an option
+    /// (`-x`/`--x`) or a `*.conf` file, `valkey-server` is put in front of it; otherwise the argv runs
+    /// as given. (Its `gosu valkey` user switch is not emulated: containers run as the pod says.)
+    ValkeyDockerEntrypoint,
+}
+
+/// An image the testbed has no binaries for (reported as `ErrImagePull`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "image {image:?} is not mapped to host binaries by the testbed (known: valkey/valkey:*, docker.io/valkey/valkey:*, vko-testbed/shell:*{extra})"
+)]
+pub struct UnmappedImage {
+    pub image: String,
+    extra: String,
+}
+
+/// Maps an image name to host binaries. `extra_images` are (image-name prefix, binary dir) pairs.
+pub fn resolve(
+    image: &str,
+    extra_images: &[(String, PathBuf)],
+) -> Result<ImageMapping, UnmappedImage> {
+    let repository = repository_of(image);
+    if repository == "valkey/valkey" || repository == "docker.io/valkey/valkey" {
+        return Ok(ImageMapping {
+            entrypoint: Entrypoint::ValkeyDockerEntrypoint,
+            default_cmd: vec!["valkey-server".into()],
+            bin_dir: None,
+        });
+    }
+    if repository == "vko-testbed/shell" {
+        return Ok(ImageMapping {
+            entrypoint: Entrypoint::None,
+            default_cmd: vec!["sh".into()],
+            bin_dir: None,
+        });
+    }
+    // The longest matching prefix wins, so a specific entry can override a general one.
+    if let Some((_, dir)) = extra_images
+        .iter()
+        .filter(|(prefix, _)| !prefix.is_empty() && image.starts_with(prefix.as_str()))
+        .max_by_key(|(prefix, _)| prefix.len())
+    {
+        // The image's CMD is its last path segment (e.g. `example/operator:dev` runs `operator`),
+        // found on PATH where the image's binaries come first.
+        let name = repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(repository)
+            .to_string();
+        return Ok(ImageMapping {
+            entrypoint: Entrypoint::None,
+            default_cmd: vec![name],
+            bin_dir: Some(dir.clone()),
+        });
+    }
+    let extra = extra_images
+        .iter()
+        .map(|(prefix, _)| format!(", {prefix}*"))
+        .collect::<String>();
+    Err(UnmappedImage {
+        image: image.to_string(),
+        extra,
+    })
+}
+
+/// The image name without tag or digest (`docker.io/valkey/valkey:8.0@sha256:…` → `docker.io/valkey/valkey`).
+fn repository_of(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    // A ':' after the last '/' starts the tag; one before it belongs to a registry host:port.
+    match without_digest.rfind(':') {
+        Some(colon) if !without_digest[colon..].contains('/') => &without_digest[..colon],
+        _ => without_digest,
+    }
+}
+
+/// The argv a container runs, following the runtime's rules: `command` replaces the ENTRYPOINT (and
+/// the CMD); `args` alone replace the CMD and are handed to the ENTRYPOINT. Both are already
+/// `$(VAR)`-expanded.
+pub fn container_argv(mapping: &ImageMapping, command: &[String], args: &[String]) -> Vec<String> {
+    if !command.is_empty() {
+        return command.iter().chain(args).cloned().collect();
+    }
+    let cmd: Vec<String> = if args.is_empty() {
+        mapping.default_cmd.clone()
+    } else {
+        args.to_vec()
+    };
+    match mapping.entrypoint {
+        Entrypoint::None => cmd,
+        Entrypoint::ValkeyDockerEntrypoint => {
+            let first = cmd.first().map(String::as_str).unwrap_or("");
+            if first.starts_with('-') || first.ends_with(".conf") {
+                std::iter::once("valkey-server".to_string())
+                    .chain(cmd)
+                    .collect()
+            } else {
+                cmd
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|item| item.to_string()).collect()
+    }
+
+    #[test]
+    fn valkey_images_map_to_valkey_server() {
+        for image in [
+            "valkey/valkey:8.0",
+            "docker.io/valkey/valkey:8.0.1",
+            "valkey/valkey",
+            "valkey/valkey@sha256:abc",
+        ] {
+            let mapping = resolve(image, &[]).unwrap();
+            assert_eq!(mapping.default_cmd, strings(&["valkey-server"]), "{image}");
+            assert_eq!(mapping.entrypoint, Entrypoint::ValkeyDockerEntrypoint);
+        }
+        assert_eq!(
+            resolve("vko-testbed/shell:latest", &[])
+                .unwrap()
+                .default_cmd,
+            strings(&["sh"])
+        );
+    }
+
+    #[test]
+    fn unmapped_images_are_refused_with_their_name() {
+        let error = resolve("bitnami/redis:7", &[]).unwrap_err();
+        assert!(error.to_string().contains("\"bitnami/redis:7\""), "{error}");
+        // A look-alike is not the valkey image.
+        assert!(resolve("valkey/valkey-extra:1", &[]).is_err());
+        assert!(resolve("myregistry:5000/valkey/valkey:8", &[]).is_err());
+    }
+
+    #[test]
+    fn extra_images_match_by_longest_prefix_and_run_their_last_segment() {
+        let extra = vec![
+            ("example.com/vko/".to_string(), PathBuf::from("/tmp/all")),
+            (
+                "example.com/vko/operator".to_string(),
+                PathBuf::from("/tmp/operator"),
+            ),
+        ];
+        let mapping = resolve("example.com/vko/operator:dev", &extra).unwrap();
+        assert_eq!(mapping.bin_dir, Some(PathBuf::from("/tmp/operator")));
+        assert_eq!(mapping.default_cmd, strings(&["operator"]));
+        assert_eq!(
+            resolve("example.com/vko/sidecar:dev", &extra)
+                .unwrap()
+                .bin_dir,
+            Some(PathBuf::from("/tmp/all"))
+        );
+        let error = resolve("other/image:1", &extra).unwrap_err().to_string();
+        assert!(error.contains("example.com/vko/*"), "{error}");
+    }
+
+    #[test]
+    fn repository_strips_tag_and_digest_but_not_registry_port() {
+        assert_eq!(repository_of("valkey/valkey:8.0"), "valkey/valkey");
+        assert_eq!(
+            repository_of("host:5000/valkey/valkey"),
+            "host:5000/valkey/valkey"
+        );
+        assert_eq!(
+            repository_of("host:5000/valkey/valkey:8"),
+            "host:5000/valkey/valkey"
+        );
+        assert_eq!(repository_of("valkey/valkey:8@sha256:00"), "valkey/valkey");
+    }
+
+    #[test]
+    fn command_and_args_combine_like_a_container_runtime() {
+        let valkey = resolve("valkey/valkey:8.0", &[]).unwrap();
+        assert_eq!(
+            container_argv(&valkey, &[], &[]),
+            strings(&["valkey-server"])
+        );
+        // args alone go to the entrypoint, which puts valkey-server before options and *.conf files.
+        assert_eq!(
+            container_argv(&valkey, &[], &strings(&["--port", "7000"])),
+            strings(&["valkey-server", "--port", "7000"])
+        );
+        assert_eq!(
+            container_argv(&valkey, &[], &strings(&["/etc/valkey/valkey.conf"])),
+            strings(&["valkey-server", "/etc/valkey/valkey.conf"])
+        );
+        assert_eq!(
+            container_argv(&valkey, &[], &strings(&["valkey-sentinel", "/x"])),
+            strings(&["valkey-sentinel", "/x"])
+        );
+        // command replaces entrypoint and CMD; args follow it.
+        assert_eq!(
+            container_argv(
+                &valkey,
+                &strings(&["valkey-server"]),
+                &strings(&["--port", "1"])
+            ),
+            strings(&["valkey-server", "--port", "1"])
+        );
+        let shell = resolve("vko-testbed/shell:1", &[]).unwrap();
+        assert_eq!(container_argv(&shell, &[], &[]), strings(&["sh"]));
+        assert_eq!(
+            container_argv(&shell, &[], &strings(&["-c", "true"])),
+            strings(&["-c", "true"])
+        );
+    }
+}

@@ -1,4 +1,8 @@
 //! The process kubelet: fake Nodes that run the Pods the real scheduler binds to them, as processes.
+//!
+//! [`run`] registers the Nodes and keeps their Leases fresh ([`nodes`]), runs the PV provisioner
+//! ([`provisioner`]) and the per-pod hosts files ([`dns`]), and runs every Pod bound to one of its
+//! Nodes ([`pods`]: network, volumes, init containers, containers, probes, restarts, status, deletion).
 
 pub mod dns;
 pub mod nodes;
@@ -9,3 +13,90 @@ pub mod env;
 pub mod images;
 pub mod pods;
 pub mod probes;
+pub mod status;
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+/// One fake Node.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Its `topology.kubernetes.io/zone`.
+    pub zone: String,
+}
+
+/// node-1/zone-a, node-2/zone-b, node-3/zone-c (like a kind cluster with three workers).
+pub fn default_nodes() -> Vec<NodeSpec> {
+    [
+        ("node-1", "zone-a"),
+        ("node-2", "zone-b"),
+        ("node-3", "zone-c"),
+    ]
+    .into_iter()
+    .map(|(name, zone)| NodeSpec {
+        name: name.into(),
+        zone: zone.into(),
+    })
+    .collect()
+}
+
+/// How the kubelet runs.
+#[derive(Clone, Debug)]
+pub struct KubeletConfig {
+    pub nodes: Vec<NodeSpec>,
+    /// Pods live under `state_dir/pods/<uid>/`, PV data under `state_dir/pv/`.
+    pub state_dir: PathBuf,
+    /// The vko-testbed binary (its `shim` subcommand runs each container).
+    pub shim_exe: PathBuf,
+    /// `cluster.local`.
+    pub cluster_domain: String,
+    /// The API server as pods reach it: `KUBERNETES_SERVICE_HOST/PORT` in every container.
+    pub api_server: SocketAddrV4,
+    /// Image-name prefix → directory of extra binaries (bind-mounted at /vko/bin, first on PATH).
+    pub extra_images: Vec<(String, PathBuf)>,
+}
+
+/// Registers the nodes and keeps them alive, runs the provisioner and the hosts files, and runs pods
+/// until `shutdown` is cancelled; then stops every pod quickly (SIGTERM, SIGKILL after ~3 s), detaches
+/// every network namespace, removes the pod directories (never PV data) and returns.
+pub async fn run(
+    client: kube::Client,
+    config: KubeletConfig,
+    network: Arc<crate::net::Network>,
+    shutdown: CancellationToken,
+) -> crate::Result<()> {
+    nodes::register(&client, &config.nodes).await?;
+    // The helpers stop with the kubelet, also when the pods loop ends on its own.
+    let helpers = shutdown.child_token();
+    let heartbeat = tokio::spawn(nodes::heartbeat(
+        client.clone(),
+        config.nodes.clone(),
+        nodes::StoppedNodes::default(),
+        helpers.clone(),
+    ));
+    let provisioner = {
+        let client = client.clone();
+        let pv_root = config.state_dir.join("pv");
+        let shutdown = helpers.clone();
+        tokio::spawn(async move {
+            if let Err(error) = provisioner::run(client, pv_root, shutdown).await {
+                tracing::error!(%error, "the PV provisioner stopped");
+            }
+        })
+    };
+    let dns = dns::Dns::start(
+        client.clone(),
+        config.state_dir.clone(),
+        config.cluster_domain.clone(),
+        helpers.clone(),
+    );
+    let result = pods::run(client, config, network, dns, shutdown.clone()).await;
+    helpers.cancel();
+    let _ = heartbeat.await;
+    let _ = provisioner.await;
+    result
+}
