@@ -28,3 +28,10 @@ pub const API_VERSION: &str = "vko.gtrfc.com/v1";
 pub const KIND: &str = "Valkey";
 /// Name of the CustomResourceDefinition object.
 pub const CRD_NAME: &str = "valkeys.vko.gtrfc.com";
+
+/// The CustomResourceDefinition for `Valkey`, exactly as `kube::CustomResourceExt::crd()` builds
+/// it (a free function so tools need not depend on kube to call it).
+pub fn crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    <Valkey as kube::CustomResourceExt>::crd()
+}

@@ -13,6 +13,14 @@ pub(crate) fn tidy(schema: &mut Schema) {
     Tidy.transform(schema);
 }
 
+/// Applied to the enum types: kube hoists an `Option<Enum>`'s schema into the field's schema, and
+/// the enum type's own description would replace the field's doc comment there.
+pub(crate) fn drop_description(schema: &mut Schema) {
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("description");
+    }
+}
+
 struct Tidy;
 
 impl Transform for Tidy {

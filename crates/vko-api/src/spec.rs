@@ -300,6 +300,7 @@ pub struct IssuerRef {
 
 /// Kind of a cert-manager issuer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema_tidy::drop_description)]
 pub enum IssuerKind {
     /// A namespaced cert-manager Issuer.
     Issuer,
@@ -444,6 +445,7 @@ pub struct PersistenceSpec {
 /// How Valkey persists data.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(transform = crate::schema_tidy::drop_description)]
 pub enum PersistenceMode {
     /// Periodic snapshots (RDB).
     #[default]
@@ -493,6 +495,7 @@ pub struct ObserverSpec {
 /// Observer log verbosity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(transform = crate::schema_tidy::drop_description)]
 pub enum ObserverLogLevel {
     /// Everything, with stack traces on errors.
     Debug,
@@ -618,6 +621,7 @@ pub struct AntiAffinitySpec {
 /// Anti-affinity strength.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(transform = crate::schema_tidy::drop_description)]
 pub enum AntiAffinityMode {
     /// No anti-affinity term.
     #[default]

@@ -336,3 +336,99 @@ string_enum! {
         MasterLabeled => "MasterLabeled",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_serialize_to_the_reference_strings_and_back() {
+        let cases = [
+            (Phase::Ok, "OK"),
+            (Phase::Provisioning, "Provisioning"),
+            (Phase::Syncing, "Syncing"),
+            (
+                Phase::RollingUpdate {
+                    current: 2,
+                    total: 3,
+                },
+                "Rolling Update 2/3",
+            ),
+            (
+                Phase::SentinelRollingUpdate {
+                    current: 1,
+                    total: 5,
+                },
+                "Sentinel Rolling Update 1/5",
+            ),
+            (Phase::FailoverInProgress, "Failover in progress"),
+            (Phase::Error, "Error"),
+        ];
+        for (phase, text) in cases {
+            assert_eq!(phase.to_string(), text);
+            let json = serde_json::to_value(&phase).unwrap();
+            assert_eq!(json, serde_json::Value::String(text.into()));
+            let back: Phase = serde_json::from_value(json).unwrap();
+            assert_eq!(back, phase);
+        }
+    }
+
+    #[test]
+    fn unknown_phase_strings_are_kept_verbatim() {
+        for text in [
+            "Degraded",
+            "Rolling Update",
+            "Rolling Update 1/",
+            "Rolling Update a/3",
+            "ok",
+        ] {
+            let phase: Phase = text.parse().unwrap();
+            assert_eq!(phase, Phase::Unrecognized(text.into()));
+            assert_eq!(serde_json::to_value(&phase).unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn condition_types_and_reasons_round_trip() {
+        assert_eq!(ConditionType::ALL.len(), 13);
+        for ty in ConditionType::ALL {
+            assert_eq!(ty.as_str().parse::<ConditionType>(), Ok(*ty));
+            assert_eq!(serde_json::to_value(ty).unwrap(), ty.as_str());
+        }
+        for reason in ConditionReason::ALL {
+            assert_eq!(reason.as_str().parse::<ConditionReason>(), Ok(*reason));
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+        assert_eq!(ConditionType::RWServiceEmpty.as_str(), "RWServiceEmpty");
+        assert_eq!(ConditionType::TLSMaterialStale.as_str(), "TLSMaterialStale");
+        assert!("NoSuchCondition".parse::<ConditionType>().is_err());
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let yaml = serde_json::json!({
+            "readyReplicas": 3,
+            "masterPod": "ha-0",
+            "phase": "Rolling Update 1/3",
+            "message": "rolling",
+            "operatorVersion": "0.1.0",
+            "observedGeneration": 4,
+            "conditions": [{
+                "type": "Ready",
+                "status": "True",
+                "reason": "ClusterReady",
+                "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]
+        });
+        let status: ValkeyStatus = serde_json::from_value(yaml.clone()).unwrap();
+        assert_eq!(
+            status.phase,
+            Some(Phase::RollingUpdate {
+                current: 1,
+                total: 3
+            })
+        );
+        assert_eq!(serde_json::to_value(&status).unwrap(), yaml);
+    }
+}
