@@ -1,0 +1,534 @@
+//! The data StatefulSet `<name>`: init container `init`, containers `valkey`, `sidecar` and the
+//! optional `exporter`. See docs/adr/0004-data-pod-anatomy.md for why it looks like this.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, Lifecycle,
+    LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
+    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use vko_api::AntiAffinityMode;
+
+use crate::conf::{DATA_DIR, TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY};
+use crate::hash::pod_spec_hash;
+use crate::labels::{
+    CONFIG_HASH_ANNOTATION, Component, POD_SPEC_HASH_ANNOTATION, merge_user_annotations,
+    merge_user_labels,
+};
+use crate::pod::{
+    ALIVE_SCRIPT, CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, SIDECAR_BINARY, TLS_HASH_ENV, Timing,
+    cli_args, cluster_args, container_port, container_security_context, env_field, env_value,
+    http_probe, mount, operator_container_resources, password_env, paths, pod_identity_env,
+    pod_security_context, script_probe, tls_args,
+};
+use crate::ports::{SIDECAR_HEALTH, names as port_names};
+use crate::{Ctx, RenderError, TierHashes, TlsSecrets};
+
+/// uid/gid of the `valkey` user in the official images.
+pub const VALKEY_UID: i64 = 999;
+/// Long enough for the sidecar to hand the master role over (failover timeout 60 s) before the
+/// kubelet kills the pod.
+pub const DATA_TERMINATION_GRACE_SECONDS: i64 = 75;
+
+mod volume {
+    pub const CONFIG: &str = "config";
+    pub const REPLICA_CONFIG: &str = "replica-config";
+    pub const ACTIVE_CONFIG: &str = "active-config";
+    pub const DATA: &str = "data";
+    pub const TLS: &str = "tls";
+    pub const TOKEN: &str = "sidecar-token";
+}
+
+/// The data StatefulSet and the hashes written into its pod template.
+pub fn statefulset(
+    ctx: &Ctx<'_>,
+    tls: Option<&TlsSecrets>,
+    tls_material_hash: Option<&str>,
+    config_hash: &str,
+) -> Result<(StatefulSet, TierHashes), RenderError> {
+    let spec = ctx.spec;
+    let names = &ctx.names;
+    let selector = ctx.selector(Component::Valkey);
+
+    let pod_labels = merge_user_labels(
+        "spec.podLabels",
+        spec.pod_labels.as_ref(),
+        ctx.labels(Component::Valkey),
+    )?;
+    let pod_annotations = merge_user_annotations(
+        "spec.podAnnotations",
+        spec.pod_annotations.as_ref(),
+        BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), config_hash.to_owned())]),
+    )?;
+
+    let mut containers = vec![
+        valkey_container(ctx, tls.is_some()),
+        sidecar_container(ctx, tls.is_some(), tls_material_hash),
+    ];
+    if spec.metrics_enabled() {
+        containers.push(exporter_container(ctx, tls.is_some())?);
+    }
+
+    let mut template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(pod_annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            service_account_name: Some(names.sidecar()),
+            // Only the sidecar gets a token (projected below); valkey, exporter and init hold
+            // none.
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(DATA_TERMINATION_GRACE_SECONDS),
+            security_context: Some(pod_security_context(VALKEY_UID)),
+            affinity: spec
+                .needs_data_anti_affinity()
+                .then(|| anti_affinity(ctx, Component::Valkey)),
+            init_containers: Some(vec![init_container(ctx, tls.is_some())]),
+            containers,
+            volumes: Some(volumes(ctx, tls)),
+            ..PodSpec::default()
+        }),
+    };
+    let pod_spec = pod_spec_hash(&template)?;
+    if let Some(annotations) = template
+        .metadata
+        .as_mut()
+        .and_then(|m| m.annotations.as_mut())
+    {
+        annotations.insert(POD_SPEC_HASH_ANNOTATION.to_owned(), pod_spec.clone());
+    }
+
+    let statefulset = StatefulSet {
+        metadata: ctx.meta(names.data_statefulset(), ctx.labels(Component::Valkey)),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.replicas()),
+            service_name: Some(names.headless_service()),
+            pod_management_policy: Some("Parallel".to_owned()),
+            // The operator replaces pods itself, one at a time, failover-aware.
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                match_expressions: None,
+            },
+            template,
+            volume_claim_templates: spec
+                .persistence_enabled()
+                .then(|| vec![claim_template(ctx)]),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    };
+    Ok((
+        statefulset,
+        TierHashes {
+            config: config_hash.to_owned(),
+            pod_spec,
+        },
+    ))
+}
+
+/// Required or preferred anti-affinity against the pods of the same component of the same
+/// `Valkey` (never against the other tier or another `Valkey`).
+pub fn anti_affinity(ctx: &Ctx<'_>, component: Component) -> Affinity {
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(ctx.selector(component)),
+            match_expressions: None,
+        }),
+        topology_key: ctx.spec.anti_affinity_topology_key().to_owned(),
+        ..PodAffinityTerm::default()
+    };
+    let anti = match ctx.spec.anti_affinity_mode() {
+        AntiAffinityMode::Hard => PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..PodAntiAffinity::default()
+        },
+        AntiAffinityMode::Soft | AntiAffinityMode::Off => PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: term,
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        },
+    };
+    Affinity {
+        pod_anti_affinity: Some(anti),
+        ..Affinity::default()
+    }
+}
+
+fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
+    let mut args = vec![
+        "init".to_owned(),
+        format!(
+            "--master-config={}/{VALKEY_CONF_KEY}",
+            paths::MASTER_CONFIG_DIR
+        ),
+        format!(
+            "--replica-config={}/{VALKEY_CONF_KEY}",
+            paths::REPLICA_CONFIG_DIR
+        ),
+        format!("--output={}", paths::ACTIVE_CONFIG_FILE),
+        format!("--data-dir={DATA_DIR}"),
+    ];
+    args.extend(cluster_args(ctx));
+    args.extend(tls_args(tls));
+    let mut env = pod_identity_env();
+    env.extend(password_env(ctx, PASSWORD_ENV));
+    let mut mounts = vec![
+        mount(volume::CONFIG, paths::MASTER_CONFIG_DIR, true),
+        mount(volume::REPLICA_CONFIG, paths::REPLICA_CONFIG_DIR, true),
+        mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, false),
+        // Writable: the init checks that the data directory is writable and whether it holds
+        // a dataset before it lets this pod boot as master.
+        mount(volume::DATA, DATA_DIR, false),
+    ];
+    if tls {
+        mounts.push(mount(volume::TLS, TLS_DIR, true));
+    }
+    Container {
+        name: "init".to_owned(),
+        image: Some(ctx.inputs.operator_image.clone()),
+        command: Some(vec![SIDECAR_BINARY.to_owned()]),
+        args: Some(args),
+        env: Some(env),
+        volume_mounts: Some(mounts),
+        resources: Some(operator_container_resources()),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    }
+}
+
+fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
+    let ports = ctx.ports;
+    let probe_args = cli_args(ports.valkey, tls);
+    let mut mounts = vec![
+        mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, true),
+        mount(volume::DATA, DATA_DIR, false),
+    ];
+    if tls {
+        mounts.push(mount(volume::TLS, TLS_DIR, true));
+    }
+    Container {
+        name: "valkey".to_owned(),
+        image: Some(ctx.spec.image.clone()),
+        command: Some(vec!["valkey-server".to_owned()]),
+        args: Some(vec![paths::ACTIVE_CONFIG_FILE.to_owned()]),
+        working_dir: Some(DATA_DIR.to_owned()),
+        ports: Some(
+            ports
+                .valkey_ports()
+                .into_iter()
+                .map(|(name, port)| container_port(name, port))
+                .collect(),
+        ),
+        // Only the probes (exec'd in this container) read it; valkey-server ignores it.
+        env: password_env(ctx, CLI_AUTH_ENV).map(|e| vec![e]),
+        resources: ctx.spec.resources.clone(),
+        // Listening can take a while on a slow volume; a long dataset load afterwards is
+        // covered by the liveness probe accepting LOADING.
+        startup_probe: Some(script_probe(
+            ALIVE_SCRIPT,
+            &probe_args,
+            Timing {
+                initial_delay: 0,
+                period: 5,
+                timeout: 3,
+                failure_threshold: 120,
+            },
+        )),
+        readiness_probe: Some(script_probe(
+            READY_SCRIPT,
+            &probe_args,
+            Timing {
+                initial_delay: 0,
+                period: 5,
+                timeout: 3,
+                failure_threshold: 3,
+            },
+        )),
+        liveness_probe: Some(script_probe(
+            ALIVE_SCRIPT,
+            &probe_args,
+            Timing {
+                initial_delay: 0,
+                period: 10,
+                timeout: 5,
+                failure_threshold: 5,
+            },
+        )),
+        // Keeps valkey-server up until the sidecar has handed the master role over (the
+        // sidecar answers at once when there is nothing to hand over). HTTP, not a shell loop.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                http_get: Some(HTTPGetAction {
+                    path: Some("/drain".to_owned()),
+                    port: IntOrString::Int(SIDECAR_HEALTH),
+                    scheme: Some("HTTP".to_owned()),
+                    ..HTTPGetAction::default()
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        volume_mounts: Some(mounts),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    }
+}
+
+fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) -> Container {
+    let mut args = vec![
+        "run".to_owned(),
+        format!("--health-port={SIDECAR_HEALTH}"),
+        format!("--active-config={}", paths::ACTIVE_CONFIG_FILE),
+    ];
+    args.extend(cluster_args(ctx));
+    args.extend(tls_args(tls));
+    let mut env = pod_identity_env();
+    env.extend(password_env(ctx, PASSWORD_ENV));
+    if tls && let Some(hash) = tls_material_hash {
+        env.push(env_value(TLS_HASH_ENV, hash));
+    }
+    let mut mounts = vec![
+        mount(volume::TOKEN, paths::SERVICE_ACCOUNT_DIR, true),
+        mount(volume::CONFIG, paths::MASTER_CONFIG_DIR, true),
+        mount(volume::REPLICA_CONFIG, paths::REPLICA_CONFIG_DIR, true),
+        // Writable: the sidecar keeps the effective config true to the live role, so a
+        // restarted valkey container does not boot as a stale master.
+        mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, false),
+    ];
+    if tls {
+        mounts.push(mount(volume::TLS, TLS_DIR, true));
+    }
+    Container {
+        name: "sidecar".to_owned(),
+        image: Some(ctx.inputs.operator_image.clone()),
+        command: Some(vec![SIDECAR_BINARY.to_owned()]),
+        args: Some(args),
+        ports: Some(vec![container_port(port_names::HEALTH, SIDECAR_HEALTH)]),
+        env: Some(env),
+        resources: Some(operator_container_resources()),
+        readiness_probe: Some(http_probe(
+            "/readyz",
+            SIDECAR_HEALTH,
+            Timing {
+                initial_delay: 3,
+                period: 3,
+                timeout: 2,
+                failure_threshold: 3,
+            },
+        )),
+        liveness_probe: Some(http_probe(
+            "/healthz",
+            SIDECAR_HEALTH,
+            Timing {
+                initial_delay: 5,
+                period: 10,
+                timeout: 2,
+                failure_threshold: 5,
+            },
+        )),
+        volume_mounts: Some(mounts),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    }
+}
+
+fn exporter_container(ctx: &Ctx<'_>, tls: bool) -> Result<Container, RenderError> {
+    let spec = ctx.spec;
+    let port = spec.metrics_port();
+    let extra_args = spec
+        .metrics
+        .as_ref()
+        .and_then(|m| m.extra_args.clone())
+        .unwrap_or_default();
+    for (index, arg) in extra_args.iter().enumerate() {
+        if arg.contains('\0') {
+            return Err(RenderError::InvalidArgument {
+                field: format!("spec.metrics.extraArgs[{index}]"),
+            });
+        }
+    }
+    let mut env = vec![];
+    let address = if tls {
+        // Through the pod's own DNS name, so the exporter verifies the server certificate
+        // (localhost is not in it) instead of skipping verification.
+        env.push(env_field("POD_NAME", "metadata.name"));
+        format!(
+            "rediss://$(POD_NAME).{}:{}",
+            ctx.names.service_fqdn(&ctx.names.headless_service()),
+            ctx.ports.valkey
+        )
+    } else {
+        format!("redis://127.0.0.1:{}", ctx.ports.valkey)
+    };
+    env.push(env_value("REDIS_ADDR", address));
+    env.push(env_value(
+        "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
+        format!(":{port}"),
+    ));
+    // Never export key values, and turn off the multi-target /scrape endpoint (which would let
+    // anyone who reaches the port make the exporter connect elsewhere with the password).
+    // Exporter releases that do not know a variable ignore it.
+    env.push(env_value(
+        "REDIS_EXPORTER_DISABLE_EXPORTING_KEY_VALUES",
+        "true",
+    ));
+    env.push(env_value("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"));
+    env.extend(password_env(ctx, "REDIS_PASSWORD"));
+    let mut mounts = Vec::new();
+    if tls {
+        env.push(env_value("REDIS_EXPORTER_TLS_CA_CERT_FILE", TLS_CA_FILE));
+        env.push(env_value(
+            "REDIS_EXPORTER_TLS_CLIENT_CERT_FILE",
+            TLS_CERT_FILE,
+        ));
+        env.push(env_value(
+            "REDIS_EXPORTER_TLS_CLIENT_KEY_FILE",
+            TLS_KEY_FILE,
+        ));
+        mounts.push(mount(volume::TLS, TLS_DIR, true));
+    }
+    Ok(Container {
+        name: "exporter".to_owned(),
+        image: Some(spec.metrics_image().to_owned()),
+        // The image's own entrypoint; extraArgs reach it as argv elements, never via a shell.
+        args: (!extra_args.is_empty()).then_some(extra_args),
+        ports: Some(vec![container_port(port_names::METRICS, port)]),
+        env: Some(env),
+        resources: spec.metrics.as_ref().and_then(|m| m.resources.clone()),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    })
+}
+
+fn volumes(ctx: &Ctx<'_>, tls: Option<&TlsSecrets>) -> Vec<Volume> {
+    let names = &ctx.names;
+    let config_map = |name: &str, cm: String, optional: bool| Volume {
+        name: name.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: cm,
+            // The replica config exists only with Sentinel or more than one pod; mounting it
+            // optionally keeps the pod template (and its hash) the same at every size.
+            optional: optional.then_some(true),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mut volumes = vec![
+        config_map(volume::CONFIG, names.config_map(), false),
+        config_map(volume::REPLICA_CONFIG, names.replica_config_map(), true),
+        Volume {
+            name: volume::ACTIVE_CONFIG.to_owned(),
+            // In memory: the effective config holds the password.
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity("1Mi".to_owned())),
+            }),
+            ..Volume::default()
+        },
+    ];
+    if !ctx.spec.persistence_enabled() {
+        volumes.push(Volume {
+            name: volume::DATA.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+    }
+    if let Some(secrets) = tls {
+        volumes.push(Volume {
+            name: volume::TLS.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secrets.data.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    volumes.push(Volume {
+        name: volume::TOKEN.to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_owned(),
+                        expiration_seconds: Some(3607),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_owned(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_owned(),
+                            path: "ca.crt".to_owned(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_owned(),
+                            field_ref: Some(ObjectFieldSelector {
+                                field_path: "metadata.namespace".to_owned(),
+                                api_version: None,
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    });
+    volumes
+}
+
+fn claim_template(ctx: &Ctx<'_>) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(volume::DATA.to_owned()),
+            // Selector labels only: claim templates are immutable, so nothing that can change
+            // (like the version label) may appear here.
+            labels: Some(ctx.selector(Component::Valkey)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: ctx.spec.storage_class().map(str::to_owned),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    ctx.spec.persistence_size(),
+                )])),
+                limits: None,
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}

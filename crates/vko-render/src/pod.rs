@@ -1,0 +1,288 @@
+//! Pieces shared by every generated pod: security contexts, env vars, probes, mounts, and the
+//! argument lists of the operator binaries (`vko-sidecar`, `vko-observer`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::Ctx;
+use crate::conf::{TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE};
+
+/// Mount paths inside the generated pods (the contract with `vko-sidecar`).
+pub mod paths {
+    /// ConfigMap `<name>-config` (master `valkey.conf`), read-only.
+    pub const MASTER_CONFIG_DIR: &str = "/etc/valkey";
+    /// ConfigMap `<name>-replica-config` (replica `valkey.conf`), read-only, optional.
+    pub const REPLICA_CONFIG_DIR: &str = "/etc/valkey-replica";
+    /// In-memory emptyDir holding the effective `valkey.conf` the init container writes.
+    pub const ACTIVE_CONFIG_DIR: &str = "/etc/valkey-active";
+    /// The effective config file `valkey-server` runs with.
+    pub const ACTIVE_CONFIG_FILE: &str = "/etc/valkey-active/valkey.conf";
+    /// ConfigMap `<name>-sentinel-config`, read-only, in the Sentinel init container.
+    pub const SENTINEL_TEMPLATE_DIR: &str = "/etc/sentinel-template";
+    /// Writable in-memory directory Sentinel runs from (it rewrites its config).
+    pub const SENTINEL_CONFIG_DIR: &str = "/etc/sentinel";
+    /// The config file `valkey-sentinel` runs with.
+    pub const SENTINEL_CONFIG_FILE: &str = "/etc/sentinel/sentinel.conf";
+    /// Where the sidecar's projected ServiceAccount token is mounted (the in-cluster default).
+    pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    /// The Sentinel tier's TLS Secret in the observer, when it differs from the data tier's.
+    pub const SENTINEL_TLS_DIR: &str = "/tls-sentinel";
+}
+
+/// Binary of the sidecar, init and Sentinel init containers.
+pub const SIDECAR_BINARY: &str = "vko-sidecar";
+/// Binary of the observer.
+pub const OBSERVER_BINARY: &str = "vko-observer";
+
+/// Env var with the password (from the auth Secret) for the init containers and the sidecar.
+pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+/// Env var `valkey-cli` reads the password from, so the probes never put it on a command line.
+pub const CLI_AUTH_ENV: &str = "REDISCLI_AUTH";
+/// Env var carrying the TLS-material fingerprint.
+pub const TLS_HASH_ENV: &str = "VKO_TLS_MATERIAL_HASH";
+
+/// Pod-level security context: non-root `uid`, seccomp RuntimeDefault.
+pub fn pod_security_context(uid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        fs_group: Some(uid),
+        // Only chown a volume whose root does not already belong to the group: a large data
+        // volume is not walked on every start.
+        fs_group_change_policy: Some("OnRootMismatch".to_owned()),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Container security context: no privilege, no escalation, read-only root, no capabilities.
+pub fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// Resources of the operator-image containers (sidecar, data init), so a namespace with a
+/// ResourceQuota admits the pod.
+pub fn operator_container_resources() -> ResourceRequirements {
+    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    };
+    ResourceRequirements {
+        requests: Some(quantities(&[("cpu", "10m"), ("memory", "32Mi")])),
+        limits: Some(quantities(&[("memory", "128Mi")])),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// A literal env var.
+pub fn env_value(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// An env var from the pod's own metadata (downward API).
+pub fn env_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_owned(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// `POD_NAME` and `POD_NAMESPACE` from the downward API.
+pub fn pod_identity_env() -> Vec<EnvVar> {
+    vec![
+        env_field("POD_NAME", "metadata.name"),
+        env_field("POD_NAMESPACE", "metadata.namespace"),
+    ]
+}
+
+/// `name` = the password from the auth Secret, when auth is on.
+pub fn password_env(ctx: &Ctx<'_>, name: &str) -> Option<EnvVar> {
+    let secret = ctx.spec.auth_secret_name()?;
+    Some(EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: ctx.spec.auth_password_key().to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    })
+}
+
+/// A volume mount.
+pub fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// A TCP container port.
+pub fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    }
+}
+
+/// Probe script: ready only on `PONG`. `valkey-cli` exits 0 on error replies (`NOAUTH`,
+/// `LOADING`), so the reply text is what counts. The script is a constant: ports and TLS flags
+/// arrive as positional arguments and the password through `REDISCLI_AUTH`, so no rendered
+/// value is ever parsed by the shell.
+pub const READY_SCRIPT: &str =
+    r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; [ "$reply" = PONG ]"#;
+
+/// Probe script: alive on `PONG`, and also while the server is `LOADING` a dataset or `BUSY`
+/// with a script, so a long load is never killed by the liveness probe.
+pub const ALIVE_SCRIPT: &str = r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; case "$reply" in PONG|LOADING*|BUSY*) exit 0;; *) exit 1;; esac"#;
+
+/// `valkey-cli` connection arguments for a local probe on `port`.
+pub fn cli_args(port: i32, tls: bool) -> Vec<String> {
+    let mut args = vec![
+        "-h".to_owned(),
+        "127.0.0.1".to_owned(),
+        "-p".to_owned(),
+        port.to_string(),
+    ];
+    if tls {
+        // The server does not require a client certificate (tls-auth-clients optional); the
+        // probe only verifies the server against the CA.
+        args.extend([
+            "--tls".to_owned(),
+            "--cacert".to_owned(),
+            TLS_CA_FILE.to_owned(),
+        ]);
+    }
+    args
+}
+
+/// Timings of a probe.
+#[derive(Clone, Copy)]
+pub struct Timing {
+    pub initial_delay: i32,
+    pub period: i32,
+    pub timeout: i32,
+    pub failure_threshold: i32,
+}
+
+/// An exec probe running `script` with `args`.
+pub fn script_probe(script: &str, args: &[String], timing: Timing) -> Probe {
+    let mut command = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script.to_owned(),
+        "probe".to_owned(),
+    ];
+    command.extend(args.iter().cloned());
+    with_timing(
+        Probe {
+            exec: Some(ExecAction {
+                command: Some(command),
+            }),
+            ..Probe::default()
+        },
+        timing,
+    )
+}
+
+/// An HTTP GET probe.
+pub fn http_probe(path: &str, port: i32, timing: Timing) -> Probe {
+    with_timing(
+        Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some(path.to_owned()),
+                port: IntOrString::Int(port),
+                scheme: Some("HTTP".to_owned()),
+                ..HTTPGetAction::default()
+            }),
+            ..Probe::default()
+        },
+        timing,
+    )
+}
+
+fn with_timing(probe: Probe, timing: Timing) -> Probe {
+    Probe {
+        initial_delay_seconds: (timing.initial_delay > 0).then_some(timing.initial_delay),
+        period_seconds: Some(timing.period),
+        timeout_seconds: Some(timing.timeout),
+        success_threshold: Some(1),
+        failure_threshold: Some(timing.failure_threshold),
+        ..probe
+    }
+}
+
+/// TLS arguments of the operator binaries.
+pub fn tls_args(tls: bool) -> Vec<String> {
+    if !tls {
+        return Vec::new();
+    }
+    vec![
+        format!("--tls-ca-file={TLS_CA_FILE}"),
+        format!("--tls-cert-file={TLS_CERT_FILE}"),
+        format!("--tls-key-file={TLS_KEY_FILE}"),
+    ]
+}
+
+/// Arguments that tell an operator binary where the cluster is: its name, the Services and
+/// ports. Every value is a validated name or a number; the binaries are started without a
+/// shell, so each element reaches them as exactly one argument.
+pub fn cluster_args(ctx: &Ctx<'_>) -> Vec<String> {
+    let names = &ctx.names;
+    let mut args = vec![
+        format!("--cluster={}", names.name()),
+        format!("--headless-service={}", names.headless_service()),
+        format!("--cluster-domain={}", names.cluster_domain()),
+        format!("--valkey-port={}", ctx.ports.valkey),
+    ];
+    if ctx.spec.sentinel_enabled() {
+        args.push(format!(
+            "--sentinel-service={}",
+            names.sentinel_headless_service()
+        ));
+        args.push(format!("--sentinel-port={}", ctx.ports.sentinel));
+        args.push(format!("--sentinel-monitor={}", names.name()));
+    }
+    args
+}

@@ -1,0 +1,121 @@
+//! Which config directives the Valkey version named by the image tag understands.
+//!
+//! Valkey refuses to start on a directive it does not know (`Bad directive or wrong number of
+//! arguments`, measured on 8.0.1 with the 8.1 directive `import-mode`). So every directive that
+//! is newer than the oldest supported release is rendered only when the image tag names a
+//! version that has it. A tag that names no version (`latest`, a digest, `unstable`) gets the
+//! 8.0 set: the oldest release this project is tested against, and one whose directives every
+//! newer release still accepts.
+
+/// A Valkey release line, as far as the config is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ValkeyVersion {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl ValkeyVersion {
+    /// The set used when the tag names no version.
+    pub const FALLBACK: ValkeyVersion = ValkeyVersion { major: 8, minor: 0 };
+
+    /// The version a tag names: `8`, `8.0`, `8.0.1`, `8.0.1-alpine`, `v9.0.0`. Anything else
+    /// (including an empty tag of a digest-only reference) is [`ValkeyVersion::FALLBACK`].
+    pub fn from_tag(tag: &str) -> ValkeyVersion {
+        let tag = tag.strip_prefix('v').unwrap_or(tag);
+        let numeric: &str = tag.split(['-', '_']).next().unwrap_or("");
+        let mut parts = numeric.split('.');
+        let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+        let minor = match parts.next() {
+            None => Some(0),
+            Some(p) => p.parse::<u32>().ok(),
+        };
+        match (major, minor) {
+            // Valkey started at 7.2; a smaller number is not a Valkey tag we know.
+            (Some(major), Some(minor)) if major >= 7 => ValkeyVersion { major, minor },
+            _ => ValkeyVersion::FALLBACK,
+        }
+    }
+
+    /// The version an image reference names (see `vko_api::image_version`).
+    pub fn from_image(image: &str) -> ValkeyVersion {
+        ValkeyVersion::from_tag(vko_api::image_version(image))
+    }
+
+    /// Whether this version accepts the directives of `feature`.
+    pub fn supports(self, feature: Feature) -> bool {
+        self >= feature.since()
+    }
+}
+
+/// Version-dependent directives. The table is [`Feature::since`]; add a row per directive that
+/// an older supported release would refuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feature {
+    /// `hide-user-data-from-log yes`: keys and values stay out of the server log (crash reports,
+    /// slow-log style messages). Introduced in Valkey 8.0.
+    HideUserDataFromLog,
+}
+
+impl Feature {
+    /// Every feature, for tests and documentation.
+    pub const ALL: [Feature; 1] = [Feature::HideUserDataFromLog];
+
+    /// First release that accepts the directive.
+    pub fn since(self) -> ValkeyVersion {
+        match self {
+            Feature::HideUserDataFromLog => ValkeyVersion { major: 8, minor: 0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(major: u32, minor: u32) -> ValkeyVersion {
+        ValkeyVersion { major, minor }
+    }
+
+    #[test]
+    fn tags_name_versions() {
+        assert_eq!(ValkeyVersion::from_tag("8.0"), v(8, 0));
+        assert_eq!(ValkeyVersion::from_tag("8"), v(8, 0));
+        assert_eq!(ValkeyVersion::from_tag("8.1.3"), v(8, 1));
+        assert_eq!(ValkeyVersion::from_tag("9.0.0-alpine"), v(9, 0));
+        assert_eq!(ValkeyVersion::from_tag("7.2.5-bookworm"), v(7, 2));
+        assert_eq!(ValkeyVersion::from_tag("v9.0"), v(9, 0));
+    }
+
+    #[test]
+    fn unknown_tags_get_the_fallback_set() {
+        for tag in ["", "latest", "unstable", "alpine", "6.2", "x.y", "8.x"] {
+            assert_eq!(
+                ValkeyVersion::from_tag(tag),
+                ValkeyVersion::FALLBACK,
+                "{tag:?}"
+            );
+        }
+        assert_eq!(
+            ValkeyVersion::from_image("valkey/valkey@sha256:0123"),
+            ValkeyVersion::FALLBACK
+        );
+        assert_eq!(ValkeyVersion::from_image("valkey/valkey:7.2"), v(7, 2));
+    }
+
+    #[test]
+    fn table_gates_directives_by_version() {
+        assert!(!v(7, 2).supports(Feature::HideUserDataFromLog));
+        assert!(v(8, 0).supports(Feature::HideUserDataFromLog));
+        assert!(v(9, 0).supports(Feature::HideUserDataFromLog));
+        // The fallback must accept everything the oldest tested release (8.0) accepts and
+        // nothing newer.
+        for feature in Feature::ALL {
+            assert_eq!(
+                ValkeyVersion::FALLBACK.supports(feature),
+                feature.since() <= v(8, 0)
+            );
+        }
+    }
+}
