@@ -399,8 +399,9 @@ impl PodWorker {
                 () = &mut life, if !life_done => life_done = true,
                 () = self.shutdown.cancelled() => {}
                 changed = latest.changed() => {
+                    // The sender goes when the kubelet stops (or, never expected, drops the worker).
                     if changed.is_err() {
-                        break Ending::Gone;
+                        break if self.shutdown.is_cancelled() { Ending::Shutdown } else { Ending::Gone };
                     }
                 }
             }
@@ -833,8 +834,10 @@ impl PodWorker {
             });
         }
 
-        let (user, supplementary_groups) =
-            user_and_groups(&latest_pod, container).map_err(config_error)?;
+        let Identity {
+            user,
+            supplementary_groups,
+        } = user_and_groups(&latest_pod, container).map_err(config_error)?;
         let read_only_root = container
             .security_context
             .as_ref()
@@ -1283,10 +1286,7 @@ fn pod_hostname(pod: &Pod) -> String {
 
 /// uid/gid (container securityContext over pod securityContext) and supplementary groups
 /// (supplementalGroups + fsGroup). `runAsNonRoot` with a root user is refused, as the kubelet does.
-fn user_and_groups(
-    pod: &Pod,
-    container: &Container,
-) -> Result<(Option<(u32, u32)>, Vec<u32>), String> {
+fn user_and_groups(pod: &Pod, container: &Container) -> Result<Identity, String> {
     let pod_sc = pod
         .spec
         .as_ref()
@@ -1326,7 +1326,18 @@ fn user_and_groups(
             groups.push(group);
         }
     }
-    Ok((user, groups))
+    Ok(Identity {
+        user,
+        supplementary_groups: groups,
+    })
+}
+
+/// Who a container's process runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Identity {
+    /// uid and gid (`None`: root, the image default).
+    user: Option<(u32, u32)>,
+    supplementary_groups: Vec<u32>,
 }
 
 /// The host path a subPath mount binds: inside the volume, created as a directory when missing.
@@ -1500,16 +1511,28 @@ mod tests {
         let plain = container(serde_json::json!({"name": "c"}));
         assert_eq!(
             user_and_groups(&p, &plain).unwrap(),
-            (Some((1000, 1000)), vec![3000, 2000])
+            Identity {
+                user: Some((1000, 1000)),
+                supplementary_groups: vec![3000, 2000]
+            }
         );
         let own =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsUser": 999}}));
-        assert_eq!(user_and_groups(&p, &own).unwrap().0, Some((999, 1000)));
+        assert_eq!(user_and_groups(&p, &own).unwrap().user, Some((999, 1000)));
         let bare = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
-        assert_eq!(user_and_groups(&bare, &plain).unwrap(), (None, vec![]));
+        assert_eq!(
+            user_and_groups(&bare, &plain).unwrap(),
+            Identity {
+                user: None,
+                supplementary_groups: vec![]
+            }
+        );
         let group_only =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsGroup": 5}}));
-        assert_eq!(user_and_groups(&bare, &group_only).unwrap().0, Some((0, 5)));
+        assert_eq!(
+            user_and_groups(&bare, &group_only).unwrap().user,
+            Some((0, 5))
+        );
         let non_root =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsNonRoot": true}}));
         assert!(
