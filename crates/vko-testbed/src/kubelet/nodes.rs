@@ -82,13 +82,14 @@ impl StoppedNodes {
 pub async fn register(client: &kube::Client, nodes: &[NodeSpec]) -> Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     for node in nodes {
-        api.patch(
-            &node.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(node_object(node)),
-        )
-        .await?;
-        report_status(&api, node).await?;
+        let registered = api
+            .patch(
+                &node.name,
+                &apply_params(),
+                &Patch::Apply(node_object(node)),
+            )
+            .await?;
+        report_status(&api, node, registered.status.as_ref()).await?;
         tracing::info!(node = %node.name, zone = %node.zone, "node registered");
     }
     Ok(())
@@ -121,37 +122,43 @@ pub async fn heartbeat(
 }
 
 async fn beat(node_api: &Api<Node>, lease_api: &Api<Lease>, node: &NodeSpec) -> Result<()> {
-    if node_api.get_opt(&node.name).await?.is_none() {
+    let current = match node_api.get_opt(&node.name).await? {
+        Some(current) => current,
         // Someone deleted the Node: register it again, as a restarted kubelet would.
-        node_api
-            .patch(
-                &node.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(node_object(node)),
-            )
-            .await?;
-    }
-    let reported = report_status(node_api, node).await?;
+        None => {
+            node_api
+                .patch(
+                    &node.name,
+                    &apply_params(),
+                    &Patch::Apply(node_object(node)),
+                )
+                .await?
+        }
+    };
+    let reported = report_status(node_api, node, current.status.as_ref()).await?;
     let lease = lease_object(
         &node.name,
         reported.metadata.uid.as_deref(),
         Timestamp::now(),
     );
     lease_api
-        .patch(
-            &node.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(lease),
-        )
+        .patch(&node.name, &apply_params(), &Patch::Apply(lease))
         .await?;
     Ok(())
 }
 
-/// Patches the node's status (a subresource) with fresh conditions, keeping each condition's
-/// `lastTransitionTime` while its status is unchanged.
-async fn report_status(api: &Api<Node>, node: &NodeSpec) -> Result<Node> {
-    let previous = api.get_status(&node.name).await?;
-    let status = node_status(node, previous.status.as_ref(), Timestamp::now());
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Patches the node's status (a subresource; strategic merge like the kubelet, conditions merge by
+/// type) with fresh conditions, keeping each `lastTransitionTime` while its status is unchanged.
+async fn report_status(
+    api: &Api<Node>,
+    node: &NodeSpec,
+    previous: Option<&NodeStatus>,
+) -> Result<Node> {
+    let status = node_status(node, previous, Timestamp::now());
     let patch = serde_json::json!({ "status": status });
     Ok(api
         .patch_status(
