@@ -5,7 +5,8 @@
 //! the alias (`ifalias`) of its host-side veth, so the set of IPs in use is read back from the kernel
 //! with one `ip -j link show type veth`: it stays correct across processes (a running testbed and a
 //! test may attach pods at the same time), and an IP is free again exactly when its veth is gone.
-//! Allocation is serialised across processes with an exclusive `flock` on `/run/netns`.
+//! Allocation is serialised across processes with an exclusive `flock` on `/run/vkotb0.lock` (not on
+//! `/run/netns` itself: `ip netns add` takes that lock).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -26,6 +27,8 @@ pub const NETNS_PREFIX: &str = "vkotb-";
 const HOST_VETH_PREFIX: &str = "vk";
 /// Where `ip netns add` creates the named namespaces.
 const NETNS_DIR: &str = "/run/netns";
+/// Serialises attach/detach/teardown across threads and processes.
+const LOCK_FILE: &str = "/run/vkotb0.lock";
 /// Pod network prefix length (10.244.0.0/16).
 const PREFIX_LEN: u8 = 16;
 /// How many hex digits of the pod UID name its namespace and veth.
@@ -145,6 +148,8 @@ impl Network {
             delete_link_if_exists(&veth)?;
         }
         delete_link_if_exists(BRIDGE)?;
+        // Last, while still holding it: the testbed leaves no file behind.
+        let _ = std::fs::remove_file(LOCK_FILE);
         Ok(())
     }
 
@@ -191,13 +196,17 @@ fn uid_hex(pod_uid: &str) -> Result<String> {
     Ok(hex)
 }
 
-/// Serialises allocation across threads and processes. `ip netns add` creates the directory too;
-/// locking the directory itself leaves no lock file behind.
+/// Serialises allocation across threads and processes (flock is per open file, so two threads of
+/// one process exclude each other too).
 fn lock_allocation() -> Result<Flock<File>> {
-    std::fs::create_dir_all(NETNS_DIR).map_err(Error::io(format!("creating {NETNS_DIR}")))?;
-    let dir = File::open(NETNS_DIR).map_err(Error::io(format!("opening {NETNS_DIR}")))?;
-    Flock::lock(dir, FlockArg::LockExclusive).map_err(|(_, errno)| Error::Io {
-        what: format!("locking {NETNS_DIR}"),
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .map_err(Error::io(format!("opening {LOCK_FILE}")))?;
+    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| Error::Io {
+        what: format!("locking {LOCK_FILE}"),
         source: errno.into(),
     })
 }

@@ -3,7 +3,8 @@
 //! In order: join the pod's network namespace; new mount and UTS namespaces; make every mount
 //! private (nothing below propagates to the host); an overlay root (lower: the host's `/` without
 //! its submounts; upper/work in the scratch dir) with a fresh /proc, /dev (rbind), a fresh read-only
-//! /sys, fresh tmpfs /tmp and /run; the volumes and the hosts file bind-mounted in; `pivot_root`
+//! /sys, fresh tmpfs /tmp and /run, an /etc/resolv.conf that fails fast (names come from the hosts
+//! file); the volumes and the hosts file bind-mounted in; `pivot_root`
 //! into it; hostname, working dir, groups, gid, uid; then `execve` of the command with exactly the
 //! spec's environment. stdin/stdout/stderr were set up by the runtime (log file, /dev/null).
 //!
@@ -30,6 +31,9 @@ const EXIT_CANNOT_EXECUTE: i32 = 126;
 const EXIT_NOT_FOUND: i32 = 127;
 /// What runc uses when the container's env has no PATH.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// See [`write_resolv_conf`].
+const RESOLV_CONF: &str = "# vko-testbed: names resolve through /etc/hosts; a miss fails at once\n\
+                           nameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
 /// Linux's own limit on symlinks followed in one path lookup.
 const MAX_SYMLINKS: usize = 40;
 
@@ -175,6 +179,7 @@ fn build_root(spec: &ContainerSpec) -> Result<(), Failure> {
         tmpfs_dirs.push(dir);
     }
 
+    write_resolv_conf(&merged)?;
     if let Some(working_dir) = &spec.working_dir {
         create_dir(&in_root(&merged, working_dir)?)?;
     }
@@ -198,6 +203,23 @@ fn build_root(spec: &ContainerSpec) -> Result<(), Failure> {
         .map_err(|errno| setup_failed(format!("detaching the old root: {errno}")))?;
     chdir("/").map_err(|errno| setup_failed(format!("chdir /: {errno}")))?;
     Ok(())
+}
+
+/// Pods reach nothing beyond the bridge, so the host's nameserver would make every lookup that
+/// misses /etc/hosts hang for the resolver's full timeout (`getent hosts x` took >10 s). Point the
+/// resolver at the pod's own loopback, where nothing listens: a miss fails at once, as NXDOMAIN
+/// would from cluster DNS. A volume mounted at /etc/resolv.conf still overrides this.
+fn write_resolv_conf(root: &Path) -> Result<(), Failure> {
+    let etc = root.join("etc");
+    create_dir(&etc)?;
+    let path = etc.join("resolv.conf");
+    // The host's may be a symlink (systemd-resolved): replace the link itself, in the overlay.
+    if std::fs::symlink_metadata(&path).is_ok() {
+        std::fs::remove_file(&path)
+            .map_err(|error| setup_failed(format!("replacing {}: {error}", path.display())))?;
+    }
+    std::fs::write(&path, RESOLV_CONF)
+        .map_err(|error| setup_failed(format!("writing {}: {error}", path.display())))
 }
 
 /// Hostname, working dir, groups, gid, uid, signal dispositions, then exec.
