@@ -253,7 +253,7 @@ pub async fn exec(
     let mut child = command
         .spawn()
         .map_err(Error::io(format!("starting {NSENTER} into pid {pid}")))?;
-    let group = child.id().map(|id| pid_of(id)).transpose()?;
+    let group = child.id().map(pid_of).transpose()?;
     let mut stdout_pipe = child.stdout.take();
     let mut stderr_pipe = child.stderr.take();
     let run = async {

@@ -1,5 +1,7 @@
 //! Pod networking against the real kernel (needs root). A testbed may be running on the same
 //! machine: these tests use the real bridge but only ever remove what they created themselves.
+// Test helpers outside #[test] functions: failing loudly is what a test should do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

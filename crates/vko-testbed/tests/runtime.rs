@@ -2,6 +2,8 @@
 //! `valkey-sentinel` in pod network namespaces with overlay roots, volumes and hosts files. A testbed
 //! may be running on the same machine: these tests use the real bridge but only ever remove what
 //! they created themselves.
+// Test helpers outside #[test] functions: failing loudly is what a test should do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -690,7 +692,7 @@ async fn exec_is_bounded_by_its_timeout_and_has_exactly_its_env() {
         .unwrap();
     let mut lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
     lines.sort();
-    assert_eq!(lines, [format!("ONLY=this"), format!("PATH={PATH}")]);
+    assert_eq!(lines, ["ONLY=this".to_string(), format!("PATH={PATH}")]);
 
     // Interactive exec: stdin is piped through.
     let mut child = runtime::exec_interactive(pid, &["cat".to_string()], &env).unwrap();
