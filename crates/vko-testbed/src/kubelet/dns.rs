@@ -569,10 +569,13 @@ async fn follow<K, Key, Record>(
 
 /// Truncates and rewrites `path` keeping its inode (a bind mount of it must see the change).
 fn write_in_place(path: &Path, content: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // World-readable: containers run as any user.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o644)
         .open(path)
         .map_err(Error::io(format!("opening {}", path.display())))?;
     file.write_all(content.as_bytes())

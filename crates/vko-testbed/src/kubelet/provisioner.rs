@@ -49,7 +49,14 @@ pub async fn run(
         "creating the PV root {}",
         pv_root.display()
     )))?;
-    ensure_storage_class(&client).await?;
+    // The API server may still be settling (or restarting): keep trying rather than give up.
+    while let Err(error) = ensure_storage_class(&client).await {
+        tracing::warn!(%error, "creating the default StorageClass failed; retrying");
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
 
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
