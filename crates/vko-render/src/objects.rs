@@ -400,16 +400,20 @@ pub fn certificates(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
     if spec.sentinel_enabled() && secrets.sentinel.is_none() {
         data_dns.extend(sentinel_dns_names(names));
     }
-    data_dns.extend(extra.iter().cloned());
+    data_dns.extend(extra);
     let mut out = vec![certificate(
         secrets.data.clone(),
         Component::Valkey,
         data_dns,
     )?];
+    // extraDnsNames are names clients use for Valkey; they go on the certificate Valkey
+    // serves, not on a separate Sentinel certificate.
     if let Some(sentinel_secret) = secrets.sentinel {
-        let mut dns = sentinel_dns_names(names);
-        dns.extend(extra);
-        out.push(certificate(sentinel_secret, Component::Sentinel, dns)?);
+        out.push(certificate(
+            sentinel_secret,
+            Component::Sentinel,
+            sentinel_dns_names(names),
+        )?);
     }
     Ok(out)
 }
