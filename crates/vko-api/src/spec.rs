@@ -19,6 +19,8 @@ use crate::status::ValkeyStatus;
 
 /// Desired state of one Valkey deployment: a standalone server, a replicated set, or a replicated
 /// set watched by Sentinel.
+// Each `printcolumn(...)` repeats `type_ = ...`; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "vko.gtrfc.com",

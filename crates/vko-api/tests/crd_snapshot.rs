@@ -1,5 +1,8 @@
 //! Snapshot of the generated CRD, so every change to the schema shows up in review.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use kube::CustomResourceExt;
 use vko_api::Valkey;
 

@@ -1,6 +1,9 @@
 //! Every example CR in `examples/` (the reference README's examples) parses into the typed
 //! `Valkey` and serializes back to exactly what the file says.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::PathBuf;
 
 use pretty_assertions::assert_eq;
