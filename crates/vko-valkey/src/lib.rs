@@ -1,1 +1,18 @@
 //! Typed calls to Valkey and Sentinel, and pure parsers for their replies.
+//!
+//! * [`parse`]: pure parsers for INFO, ROLE and SENTINEL replies (no I/O).
+//! * [`client`]: [`ValkeyClient`] and [`SentinelClient`], async, one connection each, TLS via rustls
+//!   (ring) and per-call timeouts. The wire library (fred) is an implementation detail: none of its
+//!   types appear in this crate's API, so it can be replaced.
+//! * [`Error`]: one error enum with a stable [`Error::reason`].
+
+pub mod client;
+mod error;
+pub mod parse;
+mod reply;
+
+pub use client::{
+    ConnectOptions, SentinelClient, TlsOptions, ValkeyClient, install_default_crypto_provider,
+};
+pub use error::{Error, Result};
+pub use reply::{Reply, decode_resp2};

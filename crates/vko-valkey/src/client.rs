@@ -1,0 +1,864 @@
+//! Async clients for Valkey and Sentinel: one connection each, no automatic reconnects or retries
+//! (a failure must surface, not be hidden), a bound on every call, TLS via rustls with ring.
+//!
+//! fred does the wire work; none of its types leave this module.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client as FredClient;
+use fred::error::{Error as FredError, ErrorKind as FredErrorKind};
+use fred::interfaces::ClientLike;
+use fred::types::config::{
+    Config, ConnectionConfig, Options, PerformanceConfig, Server, ServerConfig, TcpConfig,
+    TlsConfig, TlsConnector, TlsHostMapping,
+};
+use fred::types::{ClusterHash, ConnectHandle, CustomCommand, RespVersion, Value};
+use rustls::crypto::CryptoProvider;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use crate::error::{Error, Result};
+use crate::parse::{
+    Info, KeyspaceInfo, PersistenceInfo, QuorumStatus, ReplicationInfo, RoleReply, SentinelMaster,
+    SentinelPeer, SentinelReplica, ServerInfo, parse_ckquorum_text, parse_master_addr,
+    parse_sentinel_master, parse_sentinel_masters, parse_sentinel_peers, parse_sentinel_replicas,
+};
+use crate::reply::Reply;
+
+/// Extra time given to the wire library's own per-command timeout before ours fires, so that its
+/// (more precise) timeout normally wins and the command is dropped from its queue.
+const TIMEOUT_GRACE: Duration = Duration::from_millis(250);
+
+/// TLS material, PEM-encoded.
+#[derive(Clone, Default)]
+pub struct TlsOptions {
+    /// CA certificate(s) that must have signed the server certificate.
+    pub ca_pem: Vec<u8>,
+    /// Client certificate chain, for servers with `tls-auth-clients yes`.
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// Private key of the client certificate (PKCS#8, PKCS#1 or SEC1).
+    pub client_key_pem: Option<Vec<u8>>,
+    /// Name to verify the server certificate against; defaults to `host` (e.g. dial a pod IP, verify
+    /// its DNS name).
+    pub server_name: Option<String>,
+}
+
+impl fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field(
+                "client_cert_pem",
+                &self.client_cert_pem.as_ref().map(Vec::len),
+            )
+            .field(
+                "client_key_pem",
+                &self.client_key_pem.as_ref().map(|_| "<redacted>"),
+            )
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// Where and how to connect.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    pub host: String,
+    pub port: u16,
+    pub tls: Option<TlsOptions>,
+    /// ACL user; `None` means `default`.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Bound on TCP connect + TLS handshake + AUTH/setup.
+    pub connect_timeout: Duration,
+    /// Bound on each call (blocking calls such as WAIT add their own timeout to it).
+    pub command_timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// Plain TCP, no auth, 5 s connect and command timeouts.
+    pub fn new(host: impl Into<String>, port: u16) -> ConnectOptions {
+        ConnectOptions {
+            host: host.into(),
+            port,
+            tls: None,
+            username: None,
+            password: None,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// `host:port`, with brackets around an IPv6 address.
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+/// Install ring as the process-wide rustls provider unless one is installed already. Binaries
+/// normally do this in `main`; calling it again (or after the binary did) is harmless.
+pub fn install_default_crypto_provider() {
+    if CryptoProvider::get_default().is_none() {
+        // Losing a race against another installer is fine: a provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn crypto_provider() -> Arc<CryptoProvider> {
+    install_default_crypto_provider();
+    CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
+}
+
+fn rustls_config(tls: &TlsOptions) -> Result<rustls::ClientConfig> {
+    let invalid = |what: &str, e: &dyn fmt::Display| Error::InvalidOptions(format!("{what}: {e}"));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+        let cert = cert.map_err(|e| invalid("CA PEM", &e))?;
+        roots.add(cert).map_err(|e| invalid("CA certificate", &e))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::InvalidOptions("CA PEM holds no certificate".into()));
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("TLS versions", &e))?
+        .with_root_certificates(roots);
+    match (&tls.client_cert_pem, &tls.client_key_pem) {
+        (None, None) => Ok(builder.with_no_client_auth()),
+        (Some(cert_pem), Some(key_pem)) => {
+            let chain = CertificateDer::pem_slice_iter(cert_pem)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| invalid("client certificate PEM", &e))?;
+            if chain.is_empty() {
+                return Err(Error::InvalidOptions(
+                    "client certificate PEM holds no certificate".into(),
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(key_pem)
+                .map_err(|e| invalid("client key PEM", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| invalid("client certificate", &e))
+        }
+        _ => Err(Error::InvalidOptions(
+            "client certificate and key must be given together".into(),
+        )),
+    }
+}
+
+/// One fred client driving exactly one connection.
+struct Connection {
+    client: FredClient,
+    task: Option<ConnectHandle>,
+    addr: String,
+    tls: bool,
+    command_timeout: Duration,
+}
+
+impl Connection {
+    async fn open(opts: &ConnectOptions) -> Result<Connection> {
+        let addr = opts.addr();
+        let (server, tls) = match &opts.tls {
+            None => (Server::new(opts.host.clone(), opts.port), None),
+            Some(tls) => {
+                let name = tls.server_name.clone().unwrap_or_else(|| opts.host.clone());
+                ServerName::try_from(name.clone())
+                    .map_err(|e| Error::InvalidOptions(format!("TLS server name {name:?}: {e}")))?;
+                let config = TlsConfig {
+                    connector: TlsConnector::from(rustls_config(tls)?),
+                    hostnames: TlsHostMapping::None,
+                };
+                (
+                    Server::new_with_tls(opts.host.clone(), opts.port, Some(name)),
+                    Some(config),
+                )
+            }
+        };
+        let uses_tls = tls.is_some();
+        let config = Config {
+            // Commands on a dead connection fail at once instead of waiting for a reconnect.
+            fail_fast: true,
+            username: opts.username.clone(),
+            password: opts.password.clone(),
+            server: ServerConfig::Centralized { server },
+            version: RespVersion::RESP2,
+            tls,
+            ..Config::default()
+        };
+        let connection = ConnectionConfig {
+            connection_timeout: opts.connect_timeout,
+            internal_command_timeout: opts.connect_timeout,
+            // Never resend a command: a resent REPLICAOF/FAILOVER could act twice.
+            max_command_attempts: 1,
+            tcp: TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            },
+            ..ConnectionConfig::default()
+        };
+        // No ReconnectPolicy: a lost connection ends this client.
+        let client = FredClient::new(
+            config,
+            Some(PerformanceConfig::default()),
+            Some(connection),
+            None,
+        );
+        let task = match tokio::time::timeout(opts.connect_timeout, client.init()).await {
+            Err(_) => {
+                return Err(Error::Timeout {
+                    what: format!("connect to {addr}"),
+                    after: opts.connect_timeout,
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(map_fred_error(
+                    &e,
+                    &addr,
+                    uses_tls,
+                    "connect",
+                    opts.connect_timeout,
+                ));
+            }
+            Ok(Ok(task)) => task,
+        };
+        Ok(Connection {
+            client,
+            task: Some(task),
+            addr,
+            tls: uses_tls,
+            command_timeout: opts.command_timeout,
+        })
+    }
+
+    /// Send one command (`args[0]` is the command name) and wait at most `timeout` for its reply.
+    async fn call_within(&self, args: Vec<Value>, timeout: Duration) -> Result<Reply> {
+        let mut args = args.into_iter();
+        let name = match args.next() {
+            Some(Value::String(name)) => name,
+            _ => {
+                return Err(Error::InvalidOptions(
+                    "command name must be a string".into(),
+                ));
+            }
+        };
+        let what = name.to_string();
+        let options = Options {
+            max_attempts: Some(1),
+            timeout: Some(timeout),
+            fail_fast: true,
+            ..Options::default()
+        };
+        let command = CustomCommand::new(name, ClusterHash::Random, false);
+        let client = self.client.with_options(&options);
+        let call = client.custom::<Value, Value>(command, args.collect());
+        match tokio::time::timeout(timeout + TIMEOUT_GRACE, call).await {
+            Err(_) => Err(Error::Timeout {
+                what,
+                after: timeout,
+            }),
+            Ok(Err(e)) => Err(map_fred_error(&e, &self.addr, self.tls, &what, timeout)),
+            Ok(Ok(value)) => Ok(to_reply(value)),
+        }
+    }
+
+    async fn call(&self, args: Vec<Value>) -> Result<Reply> {
+        self.call_within(args, self.command_timeout).await
+    }
+
+    async fn close(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.client.quit()).await;
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(1), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // The connection task owns the socket; ending it closes the connection.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn args<I, S>(parts: I) -> Vec<Value>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    parts
+        .into_iter()
+        .map(|part| Value::from(part.into()))
+        .collect()
+}
+
+fn to_reply(value: Value) -> Reply {
+    match value {
+        Value::Null => Reply::Nil,
+        Value::Boolean(b) => Reply::Bool(b),
+        Value::Integer(n) => Reply::Int(n),
+        Value::Double(d) => Reply::Double(d),
+        Value::String(s) => Reply::Text(s.to_string()),
+        Value::Bytes(bytes) => match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => Reply::Text(text),
+            Err(e) => Reply::Bytes(e.into_bytes()),
+        },
+        Value::Queued => Reply::Text("QUEUED".into()),
+        Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
+        Value::Map(map) => Reply::Map(
+            map.inner()
+                .into_iter()
+                .map(|(key, value)| {
+                    let key = match key.as_str() {
+                        Some(text) => Reply::Text(text.to_owned()),
+                        None => Reply::Bytes(key.as_bytes().to_vec()),
+                    };
+                    (key, to_reply(value))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Is `details` the text of a server error reply (`CODE message`, CODE in upper case)?
+fn looks_like_server_error(details: &str) -> bool {
+    let code = details.split(' ').next().unwrap_or("");
+    !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+}
+
+fn map_fred_error(e: &FredError, addr: &str, tls: bool, what: &str, timeout: Duration) -> Error {
+    let details = e.details();
+    match e.kind() {
+        FredErrorKind::Timeout => Error::Timeout {
+            what: what.to_owned(),
+            after: timeout,
+        },
+        FredErrorKind::Tls => Error::Tls(details.to_owned()),
+        FredErrorKind::IO => {
+            if details.contains("ConnectionRefused") {
+                Error::ConnectionRefused {
+                    addr: addr.to_owned(),
+                }
+            } else if details.contains("TimedOut") {
+                Error::Timeout {
+                    what: what.to_owned(),
+                    after: timeout,
+                }
+            } else if tls && is_tls_failure(details) {
+                Error::Tls(details.to_owned())
+            } else {
+                Error::Connection {
+                    addr: addr.to_owned(),
+                    detail: details.to_owned(),
+                }
+            }
+        }
+        FredErrorKind::Canceled => Error::Connection {
+            addr: addr.to_owned(),
+            detail: format!("connection closed ({details})"),
+        },
+        FredErrorKind::Protocol | FredErrorKind::Parse => Error::Parse {
+            what: what.to_owned(),
+            detail: details.to_owned(),
+        },
+        FredErrorKind::Config | FredErrorKind::Url => Error::InvalidOptions(details.to_owned()),
+        _ if looks_like_server_error(details) => Error::from_server_reply(details),
+        kind => Error::Server {
+            code: kind.to_str().to_owned(),
+            message: details.to_owned(),
+        },
+    }
+}
+
+/// rustls reports handshake failures as `io::ErrorKind::InvalidData` wrapping its own error.
+fn is_tls_failure(details: &str) -> bool {
+    [
+        "InvalidData",
+        "InvalidCertificate",
+        "AlertReceived",
+        "HandshakeFailure",
+        "PeerIncompatible",
+        "PeerMisbehaved",
+        "NoCertificatesPresented",
+        "CertificateRequired",
+        "UnexpectedEof",
+    ]
+    .iter()
+    .any(|marker| details.contains(marker))
+}
+
+fn expect_pong(reply: Reply) -> Result<()> {
+    match reply {
+        Reply::Text(text) if text == "PONG" => Ok(()),
+        other => Err(Error::parse(
+            "PING",
+            format!("expected PONG, got {other:?}"),
+        )),
+    }
+}
+
+fn expect_count(reply: &Reply, what: &str) -> Result<u64> {
+    let n = reply.expect_int(what)?;
+    u64::try_from(n).map_err(|_| Error::parse(what, format!("negative count {n}")))
+}
+
+fn ms(duration: Duration) -> String {
+    duration.as_millis().to_string()
+}
+
+/// A connection to one valkey-server (or Redis 7).
+pub struct ValkeyClient {
+    conn: Connection,
+}
+
+impl fmt::Debug for ValkeyClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ValkeyClient")
+            .field("addr", &self.conn.addr)
+            .finish()
+    }
+}
+
+impl ValkeyClient {
+    /// Connect (TCP, TLS, AUTH) within `connect_timeout`.
+    pub async fn connect(opts: &ConnectOptions) -> Result<ValkeyClient> {
+        Ok(ValkeyClient {
+            conn: Connection::open(opts).await?,
+        })
+    }
+
+    /// `host:port` this client talks to.
+    pub fn addr(&self) -> &str {
+        &self.conn.addr
+    }
+
+    /// Send QUIT and close the connection (dropping the client also closes it, without QUIT).
+    pub async fn close(self) {
+        self.conn.close().await;
+    }
+
+    /// Any command, for what the typed calls do not cover.
+    pub async fn command<I, S>(&self, parts: I) -> Result<Reply>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.conn.call(args(parts)).await
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        expect_pong(self.conn.call(args(["PING"])).await?)
+    }
+
+    /// `INFO <section>` split into sections (`"default"`, `"all"` or one section name).
+    pub async fn info(&self, section: &str) -> Result<Info> {
+        let text = self
+            .conn
+            .call(args(["INFO", section]))
+            .await?
+            .expect_text("INFO")?;
+        Ok(Info::parse(&text))
+    }
+
+    pub async fn info_replication(&self) -> Result<ReplicationInfo> {
+        ReplicationInfo::from_info(&self.info("replication").await?)
+    }
+
+    pub async fn info_server(&self) -> Result<ServerInfo> {
+        ServerInfo::from_info(&self.info("server").await?)
+    }
+
+    pub async fn info_persistence(&self) -> Result<PersistenceInfo> {
+        PersistenceInfo::from_info(&self.info("persistence").await?)
+    }
+
+    pub async fn info_keyspace(&self) -> Result<KeyspaceInfo> {
+        KeyspaceInfo::from_info(&self.info("keyspace").await?)
+    }
+
+    pub async fn role(&self) -> Result<RoleReply> {
+        RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
+    }
+
+    /// `REPLICAOF host port`. Not a write: it runs while writes are paused.
+    pub async fn replicaof(&self, host: &str, port: u16) -> Result<()> {
+        self.conn
+            .call(args([
+                "REPLICAOF".to_owned(),
+                host.to_owned(),
+                port.to_string(),
+            ]))
+            .await?
+            .expect_ok("REPLICAOF")
+    }
+
+    /// `REPLICAOF NO ONE`: become a master.
+    pub async fn replicaof_no_one(&self) -> Result<()> {
+        self.conn
+            .call(args(["REPLICAOF", "NO", "ONE"]))
+            .await?
+            .expect_ok("REPLICAOF NO ONE")
+    }
+
+    /// `FAILOVER TO host port TIMEOUT ms` (Valkey / Redis >= 6.2): the master pauses writes, waits for
+    /// that replica (named by its announced address) to catch up, promotes it and demotes itself.
+    /// Returns once the failover has started; watch `master_failover_state` / ROLE for the outcome.
+    pub async fn failover_to(&self, host: &str, port: u16, timeout: Duration) -> Result<()> {
+        self.conn
+            .call(args([
+                "FAILOVER".to_owned(),
+                "TO".to_owned(),
+                host.to_owned(),
+                port.to_string(),
+                "TIMEOUT".to_owned(),
+                ms(timeout),
+            ]))
+            .await?
+            .expect_ok("FAILOVER")
+    }
+
+    pub async fn failover_abort(&self) -> Result<()> {
+        self.conn
+            .call(args(["FAILOVER", "ABORT"]))
+            .await?
+            .expect_ok("FAILOVER ABORT")
+    }
+
+    /// `CONFIG GET pattern` as a map (empty when nothing matches).
+    pub async fn config_get(&self, pattern: &str) -> Result<BTreeMap<String, String>> {
+        let reply = self.conn.call(args(["CONFIG", "GET", pattern])).await?;
+        let pairs: Vec<(Reply, Reply)> = match reply {
+            Reply::Map(pairs) => pairs,
+            reply => {
+                let items = reply.expect_array("CONFIG GET")?;
+                if items.len() % 2 != 0 {
+                    return Err(Error::parse("CONFIG GET", "odd number of elements"));
+                }
+                let mut items = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            }
+        };
+        pairs
+            .into_iter()
+            .map(|(k, v)| Ok((k.expect_text("CONFIG GET")?, v.expect_text("CONFIG GET")?)))
+            .collect()
+    }
+
+    pub async fn config_set(&self, parameter: &str, value: &str) -> Result<()> {
+        self.conn
+            .call(args(["CONFIG", "SET", parameter, value]))
+            .await?
+            .expect_ok("CONFIG SET")
+    }
+
+    pub async fn dbsize(&self) -> Result<u64> {
+        expect_count(&self.conn.call(args(["DBSIZE"])).await?, "DBSIZE")
+    }
+
+    /// `WAIT numreplicas timeout`: how many replicas acknowledged this connection's writes. The call
+    /// may take `timeout` plus the command timeout.
+    pub async fn wait(&self, numreplicas: u32, timeout: Duration) -> Result<u64> {
+        let reply = self
+            .conn
+            .call_within(
+                args(["WAIT".to_owned(), numreplicas.to_string(), ms(timeout)]),
+                timeout + self.conn.command_timeout,
+            )
+            .await?;
+        expect_count(&reply, "WAIT")
+    }
+
+    /// `CLIENT PAUSE ms WRITE`: postpone writes (and PUBLISH) of all clients until the deadline or
+    /// `client_unpause`. Reads, REPLICAOF, INFO and ROLE still run.
+    pub async fn client_pause_write(&self, duration: Duration) -> Result<()> {
+        self.conn
+            .call(args([
+                "CLIENT".to_owned(),
+                "PAUSE".to_owned(),
+                ms(duration),
+                "WRITE".to_owned(),
+            ]))
+            .await?
+            .expect_ok("CLIENT PAUSE")
+    }
+
+    pub async fn client_unpause(&self) -> Result<()> {
+        self.conn
+            .call(args(["CLIENT", "UNPAUSE"]))
+            .await?
+            .expect_ok("CLIENT UNPAUSE")
+    }
+
+    pub async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let call = vec![
+            Value::from("SET".to_owned()),
+            Value::from(key.to_owned()),
+            Value::from(Box::<[u8]>::from(value)),
+        ];
+        self.conn.call(call).await?.expect_ok("SET")
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        match self.conn.call(args(["GET", key])).await? {
+            Reply::Nil => Ok(None),
+            Reply::Text(text) => Ok(Some(text.into_bytes())),
+            Reply::Bytes(bytes) => Ok(Some(bytes)),
+            other => Err(Error::parse("GET", format!("unexpected {}", other.kind()))),
+        }
+    }
+}
+
+/// A connection to one valkey-sentinel.
+pub struct SentinelClient {
+    conn: Connection,
+}
+
+impl fmt::Debug for SentinelClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelClient")
+            .field("addr", &self.conn.addr)
+            .finish()
+    }
+}
+
+/// Sentinel says "No such master with that name" without the name; put it back.
+fn name_unknown_master(name: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::UnknownMaster(_) => Error::UnknownMaster(name.to_owned()),
+        other => other,
+    }
+}
+
+impl SentinelClient {
+    pub async fn connect(opts: &ConnectOptions) -> Result<SentinelClient> {
+        Ok(SentinelClient {
+            conn: Connection::open(opts).await?,
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.conn.addr
+    }
+
+    pub async fn close(self) {
+        self.conn.close().await;
+    }
+
+    async fn sentinel(&self, parts: &[&str]) -> Result<Reply> {
+        let mut call = vec!["SENTINEL"];
+        call.extend_from_slice(parts);
+        self.conn.call(args(call)).await
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        expect_pong(self.conn.call(args(["PING"])).await?)
+    }
+
+    pub async fn role(&self) -> Result<RoleReply> {
+        RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
+    }
+
+    /// `SENTINEL MASTER name`.
+    pub async fn master(&self, name: &str) -> Result<SentinelMaster> {
+        let reply = self
+            .sentinel(&["MASTER", name])
+            .await
+            .map_err(name_unknown_master(name))?;
+        parse_sentinel_master(reply)
+    }
+
+    /// `SENTINEL MASTERS`.
+    pub async fn masters(&self) -> Result<Vec<SentinelMaster>> {
+        parse_sentinel_masters(self.sentinel(&["MASTERS"]).await?)
+    }
+
+    /// `SENTINEL REPLICAS name`.
+    pub async fn replicas(&self, name: &str) -> Result<Vec<SentinelReplica>> {
+        let reply = self
+            .sentinel(&["REPLICAS", name])
+            .await
+            .map_err(name_unknown_master(name))?;
+        parse_sentinel_replicas(reply)
+    }
+
+    /// `SENTINEL SENTINELS name`: the other Sentinels monitoring `name`.
+    pub async fn sentinels(&self, name: &str) -> Result<Vec<SentinelPeer>> {
+        let reply = self
+            .sentinel(&["SENTINELS", name])
+            .await
+            .map_err(name_unknown_master(name))?;
+        parse_sentinel_peers(reply)
+    }
+
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME name`; `None` when the name is not monitored.
+    pub async fn get_master_addr_by_name(&self, name: &str) -> Result<Option<(String, u16)>> {
+        parse_master_addr(self.sentinel(&["GET-MASTER-ADDR-BY-NAME", name]).await?)
+    }
+
+    /// `SENTINEL FAILOVER name`: force a failover without asking the other Sentinels. Returns once
+    /// it started; `NoGoodReplica` / `FailoverInProgress` when it cannot.
+    pub async fn failover(&self, name: &str) -> Result<()> {
+        self.sentinel(&["FAILOVER", name])
+            .await
+            .map_err(name_unknown_master(name))?
+            .expect_ok("SENTINEL FAILOVER")
+    }
+
+    /// `SENTINEL RESET pattern`: forget replicas and peers of matching masters (they are
+    /// rediscovered). Returns how many masters matched.
+    pub async fn reset(&self, pattern: &str) -> Result<u64> {
+        expect_count(&self.sentinel(&["RESET", pattern]).await?, "SENTINEL RESET")
+    }
+
+    /// `SENTINEL CKQUORUM name`. An unreachable quorum is a result (`reachable: false`), not an error.
+    pub async fn ckquorum(&self, name: &str) -> Result<QuorumStatus> {
+        match self.sentinel(&["CKQUORUM", name]).await {
+            Ok(reply) => parse_ckquorum_text(&reply.expect_text("SENTINEL CKQUORUM")?),
+            Err(Error::NoQuorum(text)) => parse_ckquorum_text(&text),
+            Err(e) => Err(name_unknown_master(name)(e)),
+        }
+    }
+
+    /// `SENTINEL SET name option value` (e.g. `down-after-milliseconds`, `quorum`).
+    pub async fn set(&self, name: &str, option: &str, value: &str) -> Result<()> {
+        self.sentinel(&["SET", name, option, value])
+            .await
+            .map_err(name_unknown_master(name))?
+            .expect_ok("SENTINEL SET")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let mut opts = ConnectOptions::new("h", 1);
+        opts.password = Some("hunter2".into());
+        opts.tls = Some(TlsOptions {
+            client_key_pem: Some(b"-----BEGIN PRIVATE KEY-----secret".to_vec()),
+            ..TlsOptions::default()
+        });
+        let shown = format!("{opts:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("secret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn ipv6_addr_is_bracketed() {
+        assert_eq!(ConnectOptions::new("::1", 6379).addr(), "[::1]:6379");
+        assert_eq!(ConnectOptions::new("v0.ns", 6379).addr(), "v0.ns:6379");
+    }
+
+    #[test]
+    fn bad_tls_material_is_invalid_options() {
+        let no_ca = TlsOptions::default();
+        assert_eq!(
+            rustls_config(&no_ca).map(|_| ()).map_err(|e| e.reason()),
+            Err("InvalidOptions")
+        );
+        let garbage = TlsOptions {
+            ca_pem: b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n".to_vec(),
+            ..TlsOptions::default()
+        };
+        assert_eq!(
+            rustls_config(&garbage).map(|_| ()).map_err(|e| e.reason()),
+            Err("InvalidOptions")
+        );
+    }
+
+    #[test]
+    fn fred_errors_map_to_stable_reasons() {
+        let timeout = Duration::from_secs(1);
+        let cases = [
+            (FredError::new(FredErrorKind::Timeout, "x"), "Timeout"),
+            (
+                FredError::new(
+                    FredErrorKind::IO,
+                    "Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" }",
+                ),
+                "ConnectionRefused",
+            ),
+            (
+                FredError::new(FredErrorKind::IO, "Kind(BrokenPipe)"),
+                "ConnectionFailed",
+            ),
+            (
+                FredError::new(FredErrorKind::Canceled, "Connection closed unexpectedly."),
+                "ConnectionFailed",
+            ),
+            (
+                FredError::new(
+                    FredErrorKind::Auth,
+                    "WRONGPASS invalid username-password pair",
+                ),
+                "AuthFailed",
+            ),
+            (
+                FredError::new(FredErrorKind::Unknown, "LOADING Valkey is loading"),
+                "Loading",
+            ),
+            (
+                FredError::new(FredErrorKind::InvalidArgument, "WRONGTYPE Operation"),
+                "ServerError",
+            ),
+            (FredError::new(FredErrorKind::Tls, "bad"), "Tls"),
+            (
+                FredError::new(FredErrorKind::Protocol, "Expected string."),
+                "ParseError",
+            ),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(
+                map_fred_error(&error, "h:1", false, "t", timeout).reason(),
+                reason,
+                "{error:?}"
+            );
+        }
+        let handshake = FredError::new(
+            FredErrorKind::IO,
+            "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }",
+        );
+        assert_eq!(
+            map_fred_error(&handshake, "h:1", true, "connect", timeout).reason(),
+            "Tls"
+        );
+    }
+}
