@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -49,7 +50,7 @@ use crate::{Error, Result};
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
 /// Grace period of the kubelet's own shutdown and of force-deleted pods.
 const QUICK_STOP: Duration = Duration::from_secs(3);
-/// The kubelet's minimum time between SIGTERM and SIGKILL after a preStop hook used up the grace.
+/// The kubelet's minimum time between SIGTERM and SIGKILL (also after a preStop hook used up the grace).
 const MINIMUM_GRACE_AFTER_PRE_STOP: Duration = Duration::from_secs(2);
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -411,6 +412,8 @@ impl PodWorker {
                 let grace = self
                     .deletion()
                     .unwrap_or(Duration::from_secs(DEFAULT_GRACE_SECONDS.unsigned_abs()));
+                // As the kubelet, never less than 2 s between SIGTERM and SIGKILL.
+                let grace = grace.max(MINIMUM_GRACE_AFTER_PRE_STOP);
                 tracing::info!(pod = %self.key, ?grace, "pod deleted: stopping its containers");
                 StopRequest {
                     deadline: Instant::now() + grace,
@@ -647,6 +650,7 @@ impl PodWorker {
         let mut backoff = CrashBackoff::default();
         let mut attempt: i32 = 0;
         let mut image_backoff = CrashBackoff::default();
+        let mut last_failure: Option<String> = None;
         loop {
             if self.stop.borrow().is_some() {
                 return ContainerEnd::Stopped;
@@ -654,7 +658,11 @@ impl PodWorker {
             let prepared = match self.prepare_container(container, sandbox, attempt).await {
                 Ok(prepared) => prepared,
                 Err(failure) => {
-                    tracing::info!(pod = %self.key, container = %container.name, reason = failure.reason, "{}", failure.message);
+                    // Retries repeat the same failure: log it once per change.
+                    if last_failure.as_deref() != Some(failure.message.as_str()) {
+                        tracing::info!(pod = %self.key, container = %container.name, reason = failure.reason, "{}", failure.message);
+                        last_failure = Some(failure.message.clone());
+                    }
                     let delay = if failure.reason == "ErrImagePull" {
                         image_backoff
                             .next_delay(Duration::ZERO)
@@ -900,6 +908,10 @@ impl PodWorker {
                 return AttemptEnd::Exited(termination);
             }
         };
+        // Hooks and exec probes enter the container's namespaces: wait until the shim has built them.
+        if !wait_until_set_up(&mut process).await {
+            tracing::warn!(pod = %self.key, container = %container.name, "the container's root was not ready in {SET_UP_WAIT:?}");
+        }
         tracing::info!(pod = %self.key, container = %container.name, attempt, pid = process.pid(), "container started");
         let has_startup = !slot.init && container.startup_probe.is_some();
         let has_readiness = !slot.init && container.readiness_probe.is_some();
@@ -1269,6 +1281,32 @@ impl CrashBackoff {
             }
         }
     }
+}
+
+/// How long a container may take to build its namespaces and root before we stop waiting for it.
+const SET_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until the shim has pivoted into the container's root (its mounts are complete, the
+/// command is being exec'd) or has exited. False on timeout.
+async fn wait_until_set_up(process: &mut Process) -> bool {
+    let host_root = match std::fs::metadata("/") {
+        Ok(meta) => (meta.dev(), meta.ino()),
+        Err(_) => return false,
+    };
+    let proc_root = format!("/proc/{}/root", process.pid());
+    let deadline = Instant::now() + SET_UP_WAIT;
+    while Instant::now() < deadline {
+        if !matches!(process.try_exit(), Ok(None)) {
+            return true;
+        }
+        if let Ok(meta) = std::fs::metadata(&proc_root)
+            && (meta.dev(), meta.ino()) != host_root
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
 }
 
 /// The container's hostname: `spec.hostname`, else the pod name (at most 63 characters).
