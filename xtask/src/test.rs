@@ -1,8 +1,315 @@
-//! `cargo xtask test` (being built in this session).
+//! `cargo xtask test`: the README's test command. On a fresh machine (root, Rust, Go, Debian apt) it
+//! installs the prerequisites, builds everything, runs the unit tests, starts a testbed, runs the
+//! end-to-end tests against it and ALWAYS takes the testbed down and checks nothing was left behind.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use vko_testbed::controlplane::format_duration;
+use vko_testbed::paths::{self, Paths};
+
+use crate::testbed;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Skip `cargo test --workspace` (the unit tests).
+    #[arg(long)]
+    skip_unit: bool,
+    /// Extra arguments for the end-to-end `cargo test` (for example a test name filter).
+    #[arg(last = true)]
+    e2e_args: Vec<String>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("cargo xtask test is not built yet")
+/// Commands the tests need on the host, with the Debian package that provides each.
+const REQUIRED_COMMANDS: [(&str, &str); 7] = [
+    ("valkey-server", "valkey-server"),
+    ("valkey-sentinel", "valkey-sentinel"),
+    ("valkey-cli", "valkey-tools"),
+    ("ip", "iproute2"),
+    ("nsenter", "util-linux"),
+    ("setsid", "util-linux"),
+    ("unshare", "util-linux"),
+];
+/// Debian 12 ships no valkey; bookworm-backports has 8.0.
+const VALKEY_PACKAGES: [&str; 3] = ["valkey-server", "valkey-sentinel", "valkey-tools"];
+const BACKPORTS_SUITE: &str = "bookworm-backports";
+const BACKPORTS_SOURCE_FILE: &str = "/etc/apt/sources.list.d/vko-backports.sources";
+const BACKPORTS_SOURCE: &str = "Types: deb\n\
+URIs: http://deb.debian.org/debian\n\
+Suites: bookworm-backports\n\
+Components: main\n\
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
+
+/// Outcome of one step of the run.
+struct StepResult {
+    name: String,
+    elapsed: Duration,
+    outcome: Result<(), String>,
+}
+
+struct Steps {
+    started: Instant,
+    results: Vec<StepResult>,
+}
+
+impl Steps {
+    /// Runs one step, printing its start and result with timing; returns whether it succeeded.
+    fn run(&mut self, name: &str, step: impl FnOnce() -> anyhow::Result<()>) -> bool {
+        println!();
+        println!("==> [{}] {name}", format_duration(self.started.elapsed()));
+        let started = Instant::now();
+        let outcome = step().map_err(|error| format!("{error:#}"));
+        let elapsed = started.elapsed();
+        match &outcome {
+            Ok(()) => println!("==> {name}: ok ({})", format_duration(elapsed)),
+            Err(error) => println!("==> {name}: FAILED ({}): {error}", format_duration(elapsed)),
+        }
+        let ok = outcome.is_ok();
+        self.results.push(StepResult {
+            name: name.to_string(),
+            elapsed,
+            outcome,
+        });
+        ok
+    }
+
+    fn skip(&mut self, name: &str, why: &str) {
+        println!();
+        println!("==> {name}: skipped ({why})");
+        self.results.push(StepResult {
+            name: name.to_string(),
+            elapsed: Duration::ZERO,
+            outcome: Err(format!("skipped: {why}")),
+        });
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    // Never take down a testbed someone is using: the run ends with `testbed down`.
+    testbed::refuse_if_running(&Paths::from_env())?;
+    let mut steps = Steps {
+        started: Instant::now(),
+        results: Vec::new(),
+    };
+    let root = testbed::repo_root();
+
+    let prepared = steps.run("install prerequisites", install_prerequisites)
+        && steps.run("build the Kubernetes binaries", || {
+            testbed::build_go_binaries().map(|_| ())
+        })
+        && steps.run("cargo build --workspace --bins", || {
+            testbed::cargo(&["build", "--workspace", "--bins"])
+        });
+    if prepared {
+        if args.skip_unit {
+            println!("\n==> unit tests: skipped (--skip-unit)");
+        } else {
+            steps.run("unit tests: cargo test --workspace", || {
+                testbed::cargo(&["test", "--workspace"])
+            });
+        }
+        let testbed_up = steps.run("testbed up", || {
+            let elapsed = testbed::start_built(&Paths::from_env())?;
+            println!("testbed ready in {}", format_duration(elapsed));
+            Ok(())
+        });
+        if testbed_up {
+            steps.run(
+                "end-to-end tests: cargo test -p vko-e2e --features e2e",
+                || run_e2e(&root, &args.e2e_args),
+            );
+        } else {
+            steps.skip("end-to-end tests", "the testbed did not start");
+        }
+    } else {
+        steps.skip("tests", "the build did not complete");
+    }
+    // Always, whatever happened above: a leftover from any run fails it.
+    steps.run("testbed down", testbed::down);
+    steps.run("check that nothing was left behind", testbed::check_clean);
+
+    println!();
+    println!(
+        "summary ({} in total):",
+        format_duration(steps.started.elapsed())
+    );
+    for result in &steps.results {
+        let verdict = match &result.outcome {
+            Ok(()) => "ok".to_string(),
+            Err(error) => format!("FAILED: {}", error.lines().next().unwrap_or_default()),
+        };
+        println!(
+            "  {:<60} {:>8}  {verdict}",
+            result.name,
+            format_duration(result.elapsed)
+        );
+    }
+    let failed = steps
+        .results
+        .iter()
+        .filter(|result| result.outcome.is_err())
+        .count();
+    if failed > 0 {
+        bail!("{failed} step(s) failed or were skipped");
+    }
+    Ok(())
+}
+
+fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
+    let paths = Paths::from_env();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["test", "--package", "vko-e2e", "--features", "e2e"])
+        .args(extra_args)
+        .current_dir(root)
+        .env("KUBECONFIG", paths.admin_kubeconfig())
+        .env(paths::BIN_DIR_ENV, paths::bin_dir())
+        .env(paths::STATE_DIR_ENV, paths.state_dir())
+        .status()
+        .context("running the end-to-end tests")?;
+    if !status.success() {
+        bail!("end-to-end tests failed ({status})");
+    }
+    Ok(())
+}
+
+/// Installs what the tests need, only when something is missing.
+fn install_prerequisites() -> anyhow::Result<()> {
+    let missing: Vec<(&str, &str)> = REQUIRED_COMMANDS
+        .iter()
+        .copied()
+        .filter(|(command, _)| find_on_path(command).is_none())
+        .collect();
+    if missing.is_empty() {
+        println!(
+            "every prerequisite is installed ({})",
+            describe_valkey_version()
+        );
+        return Ok(());
+    }
+    println!(
+        "missing: {}",
+        missing
+            .iter()
+            .map(|(command, package)| format!("{command} ({package})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    paths::require_root()?;
+    let mut packages: Vec<&str> = Vec::new();
+    let needs_valkey = missing
+        .iter()
+        .any(|(_, package)| VALKEY_PACKAGES.contains(package));
+    for (_, package) in &missing {
+        if !VALKEY_PACKAGES.contains(package) && !packages.contains(package) {
+            packages.push(package);
+        }
+    }
+    let use_backports = needs_valkey && os_codename().as_deref() == Some("bookworm");
+    if use_backports && !apt_sources_mention(BACKPORTS_SUITE) {
+        println!("adding the {BACKPORTS_SUITE} apt source ({BACKPORTS_SOURCE_FILE})");
+        std::fs::write(BACKPORTS_SOURCE_FILE, BACKPORTS_SOURCE)
+            .with_context(|| format!("writing {BACKPORTS_SOURCE_FILE}"))?;
+    }
+    apt(&["update"])?;
+    if !packages.is_empty() {
+        let mut args = vec!["install", "--yes", "--no-install-recommends"];
+        args.extend(&packages);
+        apt(&args)?;
+    }
+    if needs_valkey {
+        let mut args = vec!["install", "--yes", "--no-install-recommends"];
+        if use_backports {
+            args.extend(["--target-release", BACKPORTS_SUITE]);
+        }
+        args.extend(VALKEY_PACKAGES);
+        apt(&args)?;
+    }
+    let still_missing: Vec<&str> = REQUIRED_COMMANDS
+        .iter()
+        .map(|(command, _)| *command)
+        .filter(|command| find_on_path(command).is_none())
+        .collect();
+    if !still_missing.is_empty() {
+        bail!(
+            "still missing after apt-get install: {}",
+            still_missing.join(", ")
+        );
+    }
+    println!("prerequisites installed ({})", describe_valkey_version());
+    Ok(())
+}
+
+fn apt(args: &[&str]) -> anyhow::Result<()> {
+    println!("apt-get {}", args.join(" "));
+    let status = Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context("running apt-get")?;
+    if !status.success() {
+        bail!("`apt-get {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn find_on_path(command: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(command))
+        .find(|candidate| candidate.is_file())
+}
+
+fn describe_valkey_version() -> String {
+    Command::new("valkey-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .unwrap_or_else(|| "valkey-server version unknown".into())
+}
+
+fn os_codename() -> Option<String> {
+    let os_release = std::fs::read_to_string("/etc/os-release").ok()?;
+    os_release
+        .lines()
+        .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
+        .map(|value| value.trim_matches('"').to_string())
+}
+
+fn apt_sources_mention(suite: &str) -> bool {
+    let mut files = vec![std::path::PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        files.extend(
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.path()),
+        );
+    }
+    files.iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| {
+            text.lines()
+                .any(|line| !line.trim_start().starts_with('#') && line.contains(suite))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_sh_on_path_and_not_a_made_up_command() {
+        assert!(find_on_path("sh").is_some());
+        assert!(find_on_path("vko-no-such-command").is_none());
+    }
+
+    #[test]
+    fn the_backports_source_names_the_suite() {
+        assert!(BACKPORTS_SOURCE.contains("Suites: bookworm-backports"));
+    }
 }

@@ -409,6 +409,19 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Components whose process has exited: (name, exit status, log).
+    fn exited_components(&mut self) -> Vec<(&'static str, String, PathBuf)> {
+        self.components
+            .iter_mut()
+            .filter_map(|component| match component.child.try_wait() {
+                Ok(Some(status)) => {
+                    Some((component.name, status.to_string(), component.log.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Stops every started component, newest first. Idempotent.
     pub fn stop(&mut self) {
         while let Some(mut component) = self.components.pop() {
@@ -668,23 +681,37 @@ where
 struct ServeOptions {
     state_dir: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
+    /// `--image PREFIX=DIR`: images starting with PREFIX run binaries from DIR.
+    extra_images: Vec<(String, PathBuf)>,
 }
 
 impl ServeOptions {
     fn parse(args: &[String]) -> Result<ServeOptions> {
         let usage = || Error::Invalid {
             what: "command line".into(),
-            detail: "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR]".into(),
+            detail:
+                "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR] [--image PREFIX=DIR]..."
+                    .into(),
         };
         let mut options = ServeOptions {
             state_dir: None,
             bin_dir: None,
+            extra_images: Vec::new(),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--state-dir" => options.state_dir = Some(args.next().ok_or_else(usage)?.into()),
                 "--bin-dir" => options.bin_dir = Some(args.next().ok_or_else(usage)?.into()),
+                "--image" => {
+                    let (prefix, dir) = args
+                        .next()
+                        .and_then(|arg| arg.split_once('='))
+                        .ok_or_else(usage)?;
+                    options
+                        .extra_images
+                        .push((prefix.to_string(), PathBuf::from(dir)));
+                }
                 _ => return Err(usage()),
             }
         }
@@ -696,46 +723,91 @@ impl ServeOptions {
 pub fn serve_main(args: &[String]) -> Result<()> {
     let options = ServeOptions::parse(args)?;
     paths::require_root()?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    init_logging();
     let paths = options
         .state_dir
+        .clone()
         .map(Paths::new)
         .unwrap_or_else(Paths::from_env);
-    let bin_dir = options.bin_dir.unwrap_or_else(paths::bin_dir);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(Error::io("starting the tokio runtime"))?;
     // block_on runs `serve` on this (main) thread, so the control-plane processes it spawns are tied
     // to a thread that lives until the end (see `die_with_parent`).
-    runtime.block_on(serve(paths, bin_dir))
+    runtime.block_on(serve(paths, options))
+}
+
+fn init_logging() {
+    use std::io::IsTerminal;
+    // Probe failures while a component starts are expected; kube's own logging of each one is noise.
+    let default_filter = "info,kube_client::client::builder=off,kube_client::client::tls=error";
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// How long the kubelet gets to stop every pod before the control plane goes.
+const KUBELET_STOP_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long network teardown may take before the supervisor moves on (`testbed down` sweeps).
+const NETWORK_TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the nodes get to become Ready (and lose the not-ready taint) after the kubelet starts.
+const NODES_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The running kubelet task.
+struct RunningKubelet {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<()>>,
 }
 
 /// Everything the supervisor started, torn down in reverse order.
 struct Supervised {
     network: Option<Arc<net::Network>>,
     control_plane: ControlPlane,
+    kubelet: Option<RunningKubelet>,
 }
 
 impl Supervised {
-    fn teardown(&mut self) {
+    async fn teardown(&mut self) {
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.shutdown.cancel();
+            match tokio::time::timeout(KUBELET_STOP_TIMEOUT, kubelet.task).await {
+                Ok(Ok(Ok(()))) => tracing::info!("kubelet stopped"),
+                Ok(Ok(Err(error))) => tracing::error!("kubelet: {error}"),
+                Ok(Err(join_error)) => tracing::error!("kubelet task: {join_error}"),
+                Err(_) => tracing::error!(
+                    "kubelet did not stop within {}s; going on",
+                    KUBELET_STOP_TIMEOUT.as_secs()
+                ),
+            }
+        }
         self.control_plane.stop();
-        if let Some(network) = self.network.take()
-            && let Err(error) = network.teardown()
-        {
-            tracing::error!("tearing down the network: {error}");
+        if let Some(network) = self.network.take() {
+            // `ip` may block (say, on the netns lock); a stuck teardown must not hang the supervisor.
+            let (done, finished) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = done.send(network.teardown());
+            });
+            match finished.recv_timeout(NETWORK_TEARDOWN_TIMEOUT) {
+                Ok(Ok(())) => tracing::info!("network torn down"),
+                Ok(Err(error)) => tracing::error!("tearing down the network: {error}"),
+                Err(_) => tracing::error!(
+                    "network teardown did not finish within {}s; `cargo xtask testbed down` sweeps the rest",
+                    NETWORK_TEARDOWN_TIMEOUT.as_secs()
+                ),
+            }
         }
     }
 }
 
-async fn serve(paths: Paths, bin_dir: PathBuf) -> Result<()> {
+async fn serve(paths: Paths, options: ServeOptions) -> Result<()> {
     let state_dir = paths.state_dir().to_path_buf();
+    let bin_dir = options.bin_dir.clone().unwrap_or_else(paths::bin_dir);
     claim_state_dir(&paths)?;
     tracing::info!(state_dir = %state_dir.display(), bin_dir = %bin_dir.display(), "starting the testbed");
 
@@ -745,27 +817,30 @@ async fn serve(paths: Paths, bin_dir: PathBuf) -> Result<()> {
     let mut supervised = Supervised {
         network: None,
         control_plane: ControlPlane::new(paths.clone(), bin_dir),
+        kubelet: None,
     };
     let started = Instant::now();
-    let outcome = tokio::select! {
-        outcome = start(&mut supervised) => outcome,
+    let mut outcome = tokio::select! {
+        outcome = start(&paths, &options, &mut supervised) => outcome,
         () = shutdown.cancelled() => Err(Error::Other("stopped by a signal during startup".into())),
     };
+    if outcome.is_ok() {
+        outcome = std::fs::write(
+            paths.ready_marker(),
+            format!("{}\n", paths.admin_kubeconfig().display()),
+        )
+        .map_err(Error::io("writing the ready marker"));
+    }
     match &outcome {
         Ok(()) => {
-            std::fs::write(
-                paths.ready_marker(),
-                format!("{}\n", paths.admin_kubeconfig().display()),
-            )
-            .map_err(Error::io("writing the ready marker"))?;
             tracing::info!("testbed ready in {}", format_duration(started.elapsed()));
-            shutdown.cancelled().await;
+            outcome = run_until_stopped(&mut supervised, &shutdown).await;
             tracing::info!("stopping the testbed");
         }
         Err(error) => tracing::error!("testbed startup failed: {error}"),
     }
     let _ = std::fs::remove_file(paths.ready_marker());
-    supervised.teardown();
+    supervised.teardown().await;
     let removed = paths::remove_state_dir(&state_dir);
     if let Err(error) = &removed {
         tracing::error!("{error}");
@@ -774,12 +849,147 @@ async fn serve(paths: Paths, bin_dir: PathBuf) -> Result<()> {
     outcome.and(removed)
 }
 
-async fn start(supervised: &mut Supervised) -> Result<()> {
+async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervised) -> Result<()> {
     // The API server binds the bridge address, so the bridge comes first.
-    supervised.network = Some(Arc::new(net::Network::setup()?));
+    let network = Arc::new(net::Network::setup()?);
+    supervised.network = Some(network.clone());
     tracing::info!("bridge {} is up", paths::BRIDGE_NAME);
     supervised.control_plane.start().await?;
+
+    let client = admin_client(paths).await?;
+    let config = crate::kubelet::KubeletConfig {
+        nodes: crate::kubelet::default_nodes(),
+        state_dir: paths.state_dir().to_path_buf(),
+        shim_exe: std::env::current_exe().map_err(Error::io("finding the vko-testbed binary"))?,
+        cluster_domain: "cluster.local".into(),
+        api_server: std::net::SocketAddrV4::new(APISERVER_BRIDGE_IP, APISERVER_PORT),
+        extra_images: options.extra_images.clone(),
+    };
+    let node_names: Vec<String> = config.nodes.iter().map(|node| node.name.clone()).collect();
+    let kubelet_shutdown = CancellationToken::new();
+    let task = tokio::spawn(crate::kubelet::run(
+        client.clone(),
+        config,
+        network,
+        kubelet_shutdown.clone(),
+    ));
+    supervised.kubelet = Some(RunningKubelet {
+        shutdown: kubelet_shutdown,
+        task,
+    });
+    wait_for_nodes(&client, &node_names, supervised).await?;
+    tracing::info!("nodes {} are Ready", node_names.join(", "));
     Ok(())
+}
+
+/// Waits until every node is Ready and the node lifecycle controller has lifted its not-ready taint
+/// (until then the scheduler places nothing there); fails early when the kubelet stops.
+async fn wait_for_nodes(
+    client: &kube::Client,
+    names: &[String],
+    supervised: &mut Supervised,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let deadline = Instant::now() + NODES_READY_TIMEOUT;
+    loop {
+        if let Some(kubelet) = &supervised.kubelet
+            && kubelet.task.is_finished()
+        {
+            let kubelet = supervised.kubelet.take();
+            let detail = match kubelet.map(|kubelet| kubelet.task) {
+                Some(task) => match task.await {
+                    Ok(Ok(())) => "it returned".to_string(),
+                    Ok(Err(error)) => error.to_string(),
+                    Err(join_error) => join_error.to_string(),
+                },
+                None => "unknown".to_string(),
+            };
+            return Err(Error::Other(format!(
+                "the kubelet stopped during startup: {detail}"
+            )));
+        }
+        let mut pending = Vec::new();
+        for name in names {
+            let usable = match nodes.get_opt(name).await {
+                Ok(Some(node)) => node_is_usable(&node),
+                _ => false,
+            };
+            if !usable {
+                pending.push(name.as_str());
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!("nodes {} to be Ready and untainted", pending.join(", ")),
+                seconds: NODES_READY_TIMEOUT.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        });
+    let not_ready_taint = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|taint| taint.key == "node.kubernetes.io/not-ready")
+        });
+    ready && !not_ready_taint
+}
+
+/// Runs until SIGTERM/SIGINT. Ends early with an error when the kubelet stops on its own; logs (once)
+/// when a control-plane component exits.
+async fn run_until_stopped(
+    supervised: &mut Supervised,
+    shutdown: &CancellationToken,
+) -> Result<()> {
+    let mut reported_exits = Vec::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+        for (name, status, log) in supervised.control_plane.exited_components() {
+            if !reported_exits.contains(&name) {
+                tracing::error!(
+                    "{name} exited ({status}); its log is {}:\n{}",
+                    log.display(),
+                    log_tail(&log, LOG_TAIL_LINES)
+                );
+                reported_exits.push(name);
+            }
+        }
+        if supervised
+            .kubelet
+            .as_ref()
+            .is_some_and(|kubelet| kubelet.task.is_finished())
+            && let Some(kubelet) = supervised.kubelet.take()
+        {
+            let detail = match kubelet.task.await {
+                Ok(Ok(())) => "it returned".to_string(),
+                Ok(Err(error)) => error.to_string(),
+                Err(join_error) => join_error.to_string(),
+            };
+            return Err(Error::Other(format!("the kubelet stopped: {detail}")));
+        }
+    }
 }
 
 /// Creates the state directory and records this supervisor's pid; refuses when another live
@@ -864,8 +1074,19 @@ mod tests {
 
     #[test]
     fn serve_options_parse_and_reject_unknown_flags() {
-        let options = ServeOptions::parse(&["--state-dir".into(), "/x".into()]).unwrap();
+        let options = ServeOptions::parse(&[
+            "--state-dir".into(),
+            "/x".into(),
+            "--image".into(),
+            "example/operator=/opt/bin".into(),
+        ])
+        .unwrap();
         assert_eq!(options.state_dir, Some(PathBuf::from("/x")));
+        assert_eq!(
+            options.extra_images,
+            vec![("example/operator".to_string(), PathBuf::from("/opt/bin"))]
+        );
+        assert!(ServeOptions::parse(&["--image".into(), "no-equals-sign".into()]).is_err());
         assert!(ServeOptions::parse(&["--bogus".into()]).is_err());
         assert!(ServeOptions::parse(&["--state-dir".into()]).is_err());
     }

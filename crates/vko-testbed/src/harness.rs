@@ -1,1 +1,412 @@
-//! (grows in the testbed issue)
+//! What end-to-end tests in `tests/` use against a running testbed: connect, a namespace per test,
+//! apply YAML, wait for conditions, find a pod's IP, run `valkey-cli` and `kubectl`.
+//!
+//! Tests get the testbed from the environment `cargo xtask test` sets: `KUBECONFIG` (the admin
+//! kubeconfig) and `VKO_TESTBED_BIN_DIR` (where `kubectl` is).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::discovery::Scope;
+use serde::Deserialize;
+
+use crate::{Error, Result, paths};
+
+/// Field manager of everything the tests apply.
+pub const FIELD_MANAGER: &str = "vko-e2e";
+/// Label on every namespace a test creates (value: the test's prefix).
+pub const TEST_NAMESPACE_LABEL: &str = "vko-e2e/test";
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A connection to a running testbed.
+#[derive(Clone)]
+pub struct Testbed {
+    client: kube::Client,
+    kubeconfig: PathBuf,
+}
+
+impl Testbed {
+    /// Connects with the kubeconfig in `KUBECONFIG` (what `cargo xtask testbed up` prints).
+    pub async fn from_env() -> Result<Testbed> {
+        let kubeconfig = std::env::var_os("KUBECONFIG").filter(|value| !value.is_empty()).ok_or_else(|| {
+            Error::Other(
+                "KUBECONFIG is not set: run the end-to-end tests with `cargo xtask test`, or start a \
+                 testbed with `cargo xtask testbed up` and export the KUBECONFIG it prints"
+                    .into(),
+            )
+        })?;
+        let kubeconfig = PathBuf::from(kubeconfig);
+        let client = crate::controlplane::client_from_kubeconfig(&kubeconfig).await?;
+        Ok(Testbed { client, kubeconfig })
+    }
+
+    /// A client with the admin identity.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+}
+
+/// A namespace of its own for one test: uniquely named, labelled, deleted by
+/// [`TestNamespace::cleanup`] (and, best effort, when dropped without it, for example on a panic).
+pub struct TestNamespace {
+    name: String,
+    client: kube::Client,
+    cleaned_up: bool,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<random>` and waits until pods can be created in it (its `default`
+    /// ServiceAccount and `kube-root-ca.crt` ConfigMap exist).
+    pub async fn create(client: &kube::Client, prefix: &str) -> Result<TestNamespace> {
+        let name = unique_name(prefix);
+        let label = sanitize_label_value(prefix);
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name, "labels": { TEST_NAMESPACE_LABEL: label } },
+        }))
+        .map_err(|error| Error::Other(format!("namespace object: {error}")))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await?;
+        let test_namespace = TestNamespace {
+            name: name.clone(),
+            client: client.clone(),
+            cleaned_up: false,
+        };
+
+        let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
+        wait_until(
+            &format!("the default ServiceAccount and kube-root-ca.crt in {name}"),
+            Duration::from_secs(60),
+            || {
+                let service_accounts = service_accounts.clone();
+                let config_maps = config_maps.clone();
+                async move {
+                    let ready = service_accounts.get_opt("default").await?.is_some()
+                        && config_maps.get_opt("kube-root-ca.crt").await?.is_some();
+                    Ok(ready.then_some(()))
+                }
+            },
+        )
+        .await?;
+        Ok(test_namespace)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace and waits until it is gone (its pods stopped by the kubelet).
+    pub async fn cleanup(mut self) -> Result<()> {
+        self.cleaned_up = true;
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        match namespaces
+            .delete(&self.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(error) => return Err(error.into()),
+        }
+        wait_until(
+            &format!("namespace {} to be deleted", self.name),
+            Duration::from_secs(180),
+            || {
+                let namespaces = namespaces.clone();
+                let name = self.name.clone();
+                async move { Ok(namespaces.get_opt(&name).await?.is_none().then_some(())) }
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if self.cleaned_up {
+            return;
+        }
+        // The test's runtime may be shutting down (a panic unwinds through here), so the deletion
+        // gets a thread, a runtime and a client of its own; it does not wait for the namespace to go.
+        let name = self.name.clone();
+        let deleter = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(testbed) = Testbed::from_env().await {
+                    let namespaces: Api<Namespace> = Api::all(testbed.client());
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        namespaces.delete(&name, &DeleteParams::background()),
+                    )
+                    .await;
+                }
+            });
+        });
+        let _ = deleter.join();
+    }
+}
+
+/// `<prefix>-<5 hex digits>`, unique within this process and very likely across processes.
+fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.subsec_nanos())
+        .unwrap_or(0);
+    let mixed = nanos
+        ^ std::process::id().rotate_left(16)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9);
+    let prefix: String = sanitize_label_value(prefix)
+        .to_lowercase()
+        .chars()
+        .take(50)
+        .collect();
+    format!("{}-{:05x}", prefix.trim_end_matches('-'), mixed & 0xF_FFFF)
+}
+
+/// Keeps `[a-z0-9-]`, maps everything else to `-`.
+fn sanitize_label_value(value: &str) -> String {
+    let mapped: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    let trimmed = mapped.trim_matches('-');
+    if trimmed.is_empty() {
+        "test".to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+/// Server-side applies every document of a (multi-document) YAML, namespaced objects into
+/// `namespace` unless they name one; returns the applied objects.
+pub async fn apply_yaml(
+    client: &kube::Client,
+    namespace: &str,
+    yaml: &str,
+) -> Result<Vec<DynamicObject>> {
+    let mut applied = Vec::new();
+    for document in serde_norway::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(document).map_err(|error| Error::Invalid {
+            what: "YAML".into(),
+            detail: error.to_string(),
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject =
+            serde_json::from_value(value).map_err(|error| Error::Invalid {
+                what: "Kubernetes object".into(),
+                detail: error.to_string(),
+            })?;
+        let types = object.types.as_ref().ok_or_else(|| Error::Invalid {
+            what: "Kubernetes object".into(),
+            detail: "missing apiVersion/kind".into(),
+        })?;
+        let gvk = GroupVersionKind::try_from(types).map_err(|error| Error::Invalid {
+            what: "apiVersion".into(),
+            detail: error.to_string(),
+        })?;
+        let name = object.metadata.name.clone().ok_or_else(|| Error::Invalid {
+            what: format!("{} object", gvk.kind),
+            detail: "missing metadata.name".into(),
+        })?;
+        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => {
+                let target = object.metadata.namespace.as_deref().unwrap_or(namespace);
+                Api::namespaced_with(client.clone(), target, &resource)
+            }
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        applied.push(api.patch(&name, &params, &Patch::Apply(&object)).await?);
+    }
+    Ok(applied)
+}
+
+/// Polls `check` every half second until it yields `Some`, for at most `timeout`. Errors from
+/// `check` count as "not yet" (the API server may be briefly unavailable in fault tests); the last
+/// one is part of the timeout error, which names `what` was awaited.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_error: Option<String> = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(error) => last_error = Some(error.to_string()),
+        }
+        if Instant::now() >= deadline {
+            let what = match last_error {
+                Some(error) => format!("{what} (last error: {error})"),
+                None => what.to_string(),
+            };
+            return Err(Error::Timeout {
+                what,
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The pod's IP (its `status.podIP`); an error while it has none.
+pub async fn pod_ip(client: &kube::Client, namespace: &str, pod: &str) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.get(pod)
+        .await?
+        .status
+        .and_then(|status| status.pod_ip)
+        .ok_or_else(|| Error::Other(format!("pod {namespace}/{pod} has no IP yet")))
+}
+
+/// Runs the host's `valkey-cli -h <ip> <args>` (the host reaches pod IPs over the bridge) and
+/// returns its standard output.
+pub async fn valkey_cli(ip: &str, args: &[&str]) -> Result<String> {
+    let mut command = tokio::process::Command::new("valkey-cli");
+    command.arg("-h").arg(ip).args(args);
+    run_output(command, &format!("valkey-cli -h {ip} {}", args.join(" "))).await
+}
+
+/// Runs the testbed's `kubectl` (from `VKO_TESTBED_BIN_DIR`, else the binary cache) with the
+/// environment's `KUBECONFIG`, and returns its standard output.
+pub async fn kubectl(args: &[&str]) -> Result<String> {
+    let mut command = tokio::process::Command::new(paths::bin_dir().join("kubectl"));
+    command.args(args);
+    run_output(command, &format!("kubectl {}", args.join(" "))).await
+}
+
+async fn run_output(mut command: tokio::process::Command, description: &str) -> Result<String> {
+    command
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .map_err(|_| Error::Timeout {
+            what: description.to_string(),
+            seconds: 60,
+        })?
+        .map_err(Error::io(format!("running {description}")))?;
+    if !output.status.success() {
+        return Err(Error::Command {
+            command: description.to_string(),
+            detail: format!(
+                "{}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_are_valid_and_differ() {
+        let first = unique_name("Replication_Test");
+        let second = unique_name("Replication_Test");
+        assert_ne!(first, second);
+        assert!(first.starts_with("replication-test-"), "{first}");
+        assert!(first.len() <= 63);
+        assert!(
+            first
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert!(unique_name(&"x".repeat(100)).len() <= 63);
+    }
+
+    #[test]
+    fn label_values_are_sanitized() {
+        assert_eq!(sanitize_label_value("a b/c"), "a-b-c");
+        assert_eq!(sanitize_label_value("--"), "test");
+    }
+
+    #[tokio::test]
+    async fn wait_until_returns_the_value_or_names_what_timed_out() {
+        let mut calls = 0;
+        let value = wait_until("the third call", Duration::from_secs(5), || {
+            calls += 1;
+            let now = calls;
+            async move { Ok((now >= 3).then_some(now)) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(value, 3);
+
+        let error = wait_until::<(), _, _>(
+            "something that never happens",
+            Duration::from_millis(10),
+            || async { Err(Error::Other("boom".into())) },
+        )
+        .await
+        .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("something that never happens"),
+            "{message}"
+        );
+        assert!(message.contains("boom"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn from_env_without_kubeconfig_says_how_to_get_one() {
+        // Only meaningful when the variable is unset (as in plain `cargo test`).
+        if std::env::var_os("KUBECONFIG").is_some() {
+            return;
+        }
+        let error = Testbed::from_env().await.err().unwrap();
+        assert!(error.to_string().contains("cargo xtask test"));
+    }
+
+    #[tokio::test]
+    async fn apply_yaml_rejects_objects_without_a_name_before_calling_the_api() {
+        // An unreachable server: the name check must fail first.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let error = apply_yaml(
+            &client,
+            "ns",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n",
+        )
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("metadata.name"), "{error}");
+        let empty = apply_yaml(&client, "ns", "---\n---\n").await.unwrap();
+        assert!(empty.is_empty());
+    }
+}

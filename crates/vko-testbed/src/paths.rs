@@ -82,8 +82,8 @@ impl Paths {
         self.state_dir.join("pods")
     }
     /// Host directories backing provisioned PersistentVolumes.
-    pub fn volumes_dir(&self) -> PathBuf {
-        self.state_dir.join("volumes")
+    pub fn pv_dir(&self) -> PathBuf {
+        self.state_dir.join("pv")
     }
     pub fn supervisor_pid(&self) -> PathBuf {
         self.state_dir.join("supervisor.pid")
