@@ -10,8 +10,7 @@
 //!   probe stops after its first success.
 //! - Handlers: exec runs in the container (`runtime::exec`); tcpSocket connects from the host to
 //!   podIP:port; httpGet requests from the host, 200–399 is success. Named ports resolve via the
-//!   container's ports. HTTPS is not implemented (the testbed has no TLS client of its own; the probe
-//!   fails with a message saying so).
+//!   container's ports; HTTPS skips certificate verification, as the kubelet does.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -334,26 +333,20 @@ pub async fn run_action(action: &Action, target: &Target, timeout: Duration) -> 
             }
         }
         Action::Http {
-            https: true,
-            addr,
-            path,
-            ..
-        } => Err(format!(
-            "Get \"https://{addr}{path}\": HTTPS probes are not supported by the testbed kubelet"
-        )),
-        Action::Http {
-            https: false,
+            https,
             addr,
             host_header,
             path,
             headers,
         } => {
-            match tokio::time::timeout(timeout, http_get(*addr, host_header, path, headers)).await {
+            let scheme = if *https { "https" } else { "http" };
+            let request = http_get(*https, *addr, host_header, path, headers);
+            match tokio::time::timeout(timeout, request).await {
                 Ok(Ok(code)) if (200..400).contains(&code) => Ok(()),
                 Ok(Ok(code)) => Err(format!("HTTP probe failed with statuscode: {code}")),
-                Ok(Err(error)) => Err(format!("Get \"http://{addr}{path}\": {error}")),
+                Ok(Err(error)) => Err(format!("Get \"{scheme}://{addr}{path}\": {error}")),
                 Err(_) => Err(format!(
-                    "Get \"http://{addr}{path}\": context deadline exceeded"
+                    "Get \"{scheme}://{addr}{path}\": context deadline exceeded"
                 )),
             }
         }
@@ -364,14 +357,15 @@ pub async fn run_action(action: &Action, target: &Target, timeout: Duration) -> 
     }
 }
 
-/// One HTTP/1.1 GET; returns the status code. The kubelet only looks at the code.
+/// One HTTP/1.1 GET (over TLS without certificate verification when `https`, as the kubelet's
+/// probes do); returns the status code. The kubelet only looks at the code.
 async fn http_get(
+    https: bool,
     addr: SocketAddr,
     host: &str,
     path: &str,
     headers: &[(String, String)],
 ) -> std::io::Result<u16> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: kube-probe/1.34\r\nAccept: */*\r\nConnection: close\r\n"
     );
@@ -379,7 +373,23 @@ async fn http_get(
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).await?;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    if https {
+        let server_name = rustls::pki_types::ServerName::from(addr.ip());
+        let tls = insecure_tls_connector()?.connect(server_name, tcp).await?;
+        exchange(tls, request.as_bytes()).await
+    } else {
+        exchange(tcp, request.as_bytes()).await
+    }
+}
+
+/// Sends the request and reads the status line.
+async fn exchange(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    request: &[u8],
+) -> std::io::Result<u16> {
+    stream.write_all(request).await?;
+    stream.flush().await?;
     let mut head = Vec::new();
     let mut buffer = [0u8; 1024];
     while !head.windows(2).any(|window| window == b"\r\n") && head.len() < 8192 {
@@ -392,6 +402,69 @@ async fn http_get(
     parse_status_code(&head).ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response")
     })
+}
+
+/// A TLS client that accepts any server certificate (signatures are still checked), like the
+/// kubelet's `InsecureSkipVerify` for HTTPS probes.
+fn insecure_tls_connector() -> std::io::Result<tokio_rustls::TlsConnector> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        config,
+    )))
+}
+
+#[derive(Debug)]
+struct AcceptAnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 fn parse_status_code(head: &[u8]) -> Option<u16> {
@@ -664,6 +737,76 @@ mod tests {
         };
         assert!(
             run_action(&Action::Tcp { addr: closed }, &target, timeout)
+                .await
+                .is_err()
+        );
+    }
+
+    /// A local HTTPS server with a self-signed certificate answering every request with `code`.
+    async fn serve_tls(code: u16) -> SocketAddr {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    continue;
+                };
+                let mut buffer = [0u8; 1024];
+                let _ = tls.read(&mut buffer).await;
+                let _ = tls
+                    .write_all(format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                    .await;
+                let _ = tls.shutdown().await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn https_probes_skip_certificate_verification() {
+        let target = Target {
+            pid: 0,
+            env: vec![],
+        };
+        let https = |addr| Action::Http {
+            https: true,
+            addr,
+            host_header: "h".into(),
+            path: "/healthz".into(),
+            headers: vec![],
+        };
+        let ok = serve_tls(200).await;
+        assert_eq!(
+            run_action(&https(ok), &target, Duration::from_secs(5)).await,
+            Ok(())
+        );
+        let failing = serve_tls(503).await;
+        let error = run_action(&https(failing), &target, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(error.contains("503"), "{error}");
+        // Plain HTTP against a TLS port is a failure, not a hang.
+        let plain = Action::Http {
+            https: false,
+            addr: ok,
+            host_header: "h".into(),
+            path: "/".into(),
+            headers: vec![],
+        };
+        assert!(
+            run_action(&plain, &target, Duration::from_secs(2))
                 .await
                 .is_err()
         );
