@@ -6,6 +6,8 @@
 //!
 //! Skips, saying so, when `valkey-server` / `valkey-sentinel` / `valkey-cli` are not installed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::net::TcpListener;

@@ -2,6 +2,8 @@
 //! template changes, and no user-supplied string can add a directive to a config file or reach
 //! a shell.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -1,6 +1,8 @@
 //! insta snapshots of the full rendered set of every reference example, of a few extra shapes
 //! the examples do not cover, and of the port matrix. Reviewed by hand; see the test names.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::fmt::Write as _;

@@ -1,5 +1,5 @@
 //! Shared by the integration tests: fixed render inputs and the reference examples.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 
