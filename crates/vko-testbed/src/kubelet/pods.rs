@@ -292,6 +292,7 @@ struct PodWorker {
     shared: Arc<Shared>,
     pod_dir: PathBuf,
     stop: watch::Sender<Option<StopRequest>>,
+    env_objects: EnvObjects,
 }
 
 impl PodWorker {
@@ -348,6 +349,7 @@ impl PodWorker {
             }),
             pod_dir,
             stop,
+            env_objects: EnvObjects::default(),
         }
     }
 
@@ -754,24 +756,20 @@ impl PodWorker {
         // The Secrets and ConfigMaps the environment refers to.
         let references = env::references(container);
         let mut secrets = BTreeMap::new();
-        let secret_api: Api<Secret> =
-            Api::namespaced(self.kubelet.client.clone(), &self.key.namespace);
         for name in references.secrets {
-            let found = secret_api
-                .get_opt(&name)
-                .await
-                .map_err(|error| config_error(format!("getting secret {name:?}: {error}")))?;
-            secrets.insert(name, found);
+            let found = self
+                .env_objects
+                .secret(&self.kubelet.client, &self.key.namespace, &name)
+                .await;
+            secrets.insert(name, found.map_err(config_error)?);
         }
         let mut config_maps = BTreeMap::new();
-        let config_map_api: Api<ConfigMap> =
-            Api::namespaced(self.kubelet.client.clone(), &self.key.namespace);
         for name in references.config_maps {
-            let found = config_map_api
-                .get_opt(&name)
-                .await
-                .map_err(|error| config_error(format!("getting configmap {name:?}: {error}")))?;
-            config_maps.insert(name, found);
+            let found = self
+                .env_objects
+                .config_map(&self.kubelet.client, &self.key.namespace, &name)
+                .await;
+            config_maps.insert(name, found.map_err(config_error)?);
         }
         let latest_pod = self
             .latest
@@ -1214,6 +1212,61 @@ impl PodWorker {
     }
 }
 
+/// The Secrets and ConfigMaps env refers to, as last read. Like the kubelet's object caches, a
+/// container can (re)start from the last known content while the API server is unreachable; a
+/// `NotFound` answer is believed at once.
+#[derive(Default)]
+struct EnvObjects {
+    secrets: Mutex<BTreeMap<String, Option<Secret>>>,
+    config_maps: Mutex<BTreeMap<String, Option<ConfigMap>>>,
+}
+
+impl EnvObjects {
+    async fn secret(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Secret>, String> {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        Self::read(&self.secrets, api.get_opt(name).await, name, "secret")
+    }
+
+    async fn config_map(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ConfigMap>, String> {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        Self::read(
+            &self.config_maps,
+            api.get_opt(name).await,
+            name,
+            "configmap",
+        )
+    }
+
+    fn read<T: Clone>(
+        cache: &Mutex<BTreeMap<String, Option<T>>>,
+        answer: kube::Result<Option<T>>,
+        name: &str,
+        kind: &str,
+    ) -> Result<Option<T>, String> {
+        let mut cache = lock(cache);
+        match answer {
+            Ok(found) => {
+                cache.insert(name.to_string(), found.clone());
+                Ok(found)
+            }
+            Err(error) => cache
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("getting {kind} {name:?}: {error}")),
+        }
+    }
+}
+
 /// Everything needed to start one attempt.
 struct Prepared {
     spec: ContainerSpec,
@@ -1579,6 +1632,22 @@ mod tests {
                 .contains("runAsNonRoot")
         );
         assert!(user_and_groups(&p, &non_root).is_ok());
+    }
+
+    #[test]
+    fn env_objects_fall_back_to_the_last_answer_while_the_api_fails() {
+        let cache: Mutex<BTreeMap<String, Option<u32>>> = Mutex::new(BTreeMap::new());
+        let down = || Err(kube::Error::TlsRequired);
+        let error = EnvObjects::read(&cache, down(), "s", "secret").unwrap_err();
+        assert!(error.starts_with("getting secret \"s\""), "{error}");
+        assert_eq!(
+            EnvObjects::read(&cache, Ok(Some(7)), "s", "secret"),
+            Ok(Some(7))
+        );
+        assert_eq!(EnvObjects::read(&cache, down(), "s", "secret"), Ok(Some(7)));
+        // NotFound is an answer, remembered too.
+        assert_eq!(EnvObjects::read(&cache, Ok(None), "s", "secret"), Ok(None));
+        assert_eq!(EnvObjects::read(&cache, down(), "s", "secret"), Ok(None));
     }
 
     #[test]
