@@ -376,6 +376,29 @@ mod tests {
     }
 
     #[test]
+    fn version_gated_directives_follow_the_image_tag() {
+        let conf = |image: &str| {
+            let spec = ValkeySpec {
+                image: image.to_owned(),
+                ..ValkeySpec::default()
+            };
+            render_valkey_conf(&spec, None)
+        };
+        assert!(!conf("valkey/valkey:7.2.5").contains("hide-user-data-from-log"));
+        for image in [
+            "valkey/valkey:8.0",
+            "valkey/valkey:9.0",
+            "valkey/valkey:latest",
+            "valkey/valkey@sha256:0123",
+        ] {
+            assert!(
+                conf(image).contains("\nhide-user-data-from-log yes\n"),
+                "{image}"
+            );
+        }
+    }
+
+    #[test]
     fn tokenizer_matches_valkey_on_known_lines() {
         assert_eq!(
             split_args(r#"save """#),
