@@ -19,6 +19,8 @@ use fred::types::{ClusterHash, ConnectHandle, CustomCommand, RespVersion, Value}
 use rustls::crypto::CryptoProvider;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use crate::error::{Error, Result};
 use crate::parse::{
@@ -172,7 +174,11 @@ fn rustls_config(tls: &TlsOptions) -> Result<rustls::ClientConfig> {
 /// One fred client driving exactly one connection.
 struct Connection {
     client: FredClient,
-    task: Option<ConnectHandle>,
+    /// Ends fred's connection task (which owns the socket).
+    task: AbortHandle,
+    /// Becomes `true` when the connection task has ended (connection lost or closed). fred keeps
+    /// accepting commands after that and they would only time out, so calls race against this.
+    closed: watch::Receiver<bool>,
     addr: String,
     tls: bool,
     command_timeout: Duration,
@@ -244,9 +250,13 @@ impl Connection {
             }
             Ok(Ok(task)) => task,
         };
+        let abort = task.abort_handle();
+        let (closed_tx, closed) = watch::channel(false);
+        tokio::spawn(watch_connection_task(task, closed_tx));
         Ok(Connection {
             client,
-            task: Some(task),
+            task: abort,
+            closed,
             addr,
             tls: uses_tls,
             command_timeout: opts.command_timeout,
@@ -272,15 +282,24 @@ impl Connection {
             ..Options::default()
         };
         let command = CustomCommand::new(name, ClusterHash::Random, false);
+        let lost = || Error::Connection {
+            addr: self.addr.clone(),
+            detail: "connection closed".into(),
+        };
+        let mut closed = self.closed.clone();
+        if *closed.borrow() {
+            return Err(lost());
+        }
         let client = self.client.with_options(&options);
         let call = client.custom::<Value, Value>(command, args.collect());
-        match tokio::time::timeout(timeout + TIMEOUT_GRACE, call).await {
-            Err(_) => Err(Error::Timeout {
-                what,
-                after: timeout,
-            }),
-            Ok(Err(e)) => Err(map_fred_error(&e, &self.addr, self.tls, &what, timeout)),
-            Ok(Ok(value)) => Ok(to_reply(value)),
+        tokio::select! {
+            biased;
+            result = tokio::time::timeout(timeout + TIMEOUT_GRACE, call) => match result {
+                Err(_) => Err(Error::Timeout { what, after: timeout }),
+                Ok(Err(e)) => Err(map_fred_error(&e, &self.addr, self.tls, &what, timeout)),
+                Ok(Ok(value)) => Ok(to_reply(value)),
+            },
+            _ = closed.wait_for(|closed| *closed) => Err(lost()),
         }
     }
 
@@ -288,27 +307,25 @@ impl Connection {
         self.call_within(args, self.command_timeout).await
     }
 
-    async fn close(mut self) {
+    async fn close(self) {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.client.quit()).await;
-        if let Some(task) = self.task.take() {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(1), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
+        let mut closed = self.closed.clone();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), closed.wait_for(|closed| *closed)).await;
+        // Drop aborts the task if QUIT did not end it.
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         // The connection task owns the socket; ending it closes the connection.
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+        self.task.abort();
     }
+}
+
+async fn watch_connection_task(task: ConnectHandle, closed: watch::Sender<bool>) {
+    let _ = task.await;
+    let _ = closed.send(true);
 }
 
 fn args<I, S>(parts: I) -> Vec<Value>

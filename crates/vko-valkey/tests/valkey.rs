@@ -1,0 +1,351 @@
+//! ValkeyClient against real throwaway valkey-server processes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, TempDir, eventually, free_port};
+use vko_valkey::parse::{LinkStatus, ReplicationRole, RoleReply, UpstreamState};
+use vko_valkey::{ConnectOptions, Error, Reply, ValkeyClient};
+
+#[tokio::test]
+async fn standalone_calls() {
+    let server = Server::start(&[]);
+    let client = server.client().await;
+    client.ping().await.unwrap();
+
+    let info = client.info_server().await.unwrap();
+    assert_eq!(info.version(), "8.0.1");
+    assert_eq!(info.tcp_port, Some(server.port));
+    assert_eq!(info.server_mode.as_deref(), Some("standalone"));
+    assert!(
+        matches!(client.role().await.unwrap(), RoleReply::Master { replicas, .. } if replicas.is_empty())
+    );
+    assert_eq!(
+        client.info_replication().await.unwrap().role,
+        ReplicationRole::Master
+    );
+
+    assert_eq!(client.dbsize().await.unwrap(), 0);
+    client.set("k", b"v\xff").await.unwrap();
+    assert_eq!(client.get("k").await.unwrap(), Some(b"v\xff".to_vec()));
+    assert_eq!(client.get("missing").await.unwrap(), None);
+    assert_eq!(client.dbsize().await.unwrap(), 1);
+    assert_eq!(client.info_keyspace().await.unwrap().total_keys(), 1);
+    assert!(!client.info_persistence().await.unwrap().loading);
+
+    client.config_set("replica-priority", "7").await.unwrap();
+    let got = client.config_get("replica-priority").await.unwrap();
+    assert_eq!(got.get("replica-priority").map(String::as_str), Some("7"));
+    assert!(client.config_get("no-such-*").await.unwrap().is_empty());
+    let err = client
+        .config_set("no-such-parameter", "1")
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ServerError", "{err}");
+
+    // No replicas: WAIT returns 0 after its timeout.
+    let started = Instant::now();
+    assert_eq!(client.wait(1, Duration::from_millis(300)).await.unwrap(), 0);
+    assert!(started.elapsed() >= Duration::from_millis(290));
+
+    let err = client.failover_abort().await.unwrap_err();
+    assert_eq!(err.reason(), "ServerError", "{err}");
+    assert_eq!(
+        client.command(["ECHO", "hi"]).await.unwrap(),
+        Reply::Text("hi".into())
+    );
+    let all = client.info("all").await.unwrap();
+    assert!(all.section("clients").is_some());
+    client.close().await;
+}
+
+#[tokio::test]
+async fn connection_refused_is_typed_and_fast() {
+    let port = free_port();
+    let started = Instant::now();
+    let err = ValkeyClient::connect(&ConnectOptions::new("127.0.0.1", port))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ConnectionRefused", "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn auth_password_and_acl_user() {
+    let server = Server::start(&["--requirepass", "s3cret"]);
+
+    let mut good = server.opts();
+    good.password = Some("s3cret".into());
+    let client = ValkeyClient::connect(&good).await.unwrap();
+    client.ping().await.unwrap();
+
+    let mut wrong = server.opts();
+    wrong.password = Some("nope".into());
+    let err = ValkeyClient::connect(&wrong).await.unwrap_err();
+    assert_eq!(err.reason(), "AuthFailed", "{err}");
+
+    let err = ValkeyClient::connect(&server.opts()).await.unwrap_err();
+    assert_eq!(err.reason(), "AuthFailed", "no password: {err}");
+
+    client
+        .command(["ACL", "SETUSER", "operator", "on", ">op-pw", "~*", "+@all"])
+        .await
+        .unwrap();
+    client
+        .command([
+            "ACL", "SETUSER", "reader", "on", ">r-pw", "~*", "+@read", "+ping",
+        ])
+        .await
+        .unwrap();
+    let mut user = server.opts();
+    user.username = Some("operator".into());
+    user.password = Some("op-pw".into());
+    ValkeyClient::connect(&user)
+        .await
+        .unwrap()
+        .ping()
+        .await
+        .unwrap();
+    user.password = Some("s3cret".into());
+    let err = ValkeyClient::connect(&user).await.unwrap_err();
+    assert_eq!(err.reason(), "AuthFailed", "{err}");
+
+    let mut reader = server.opts();
+    reader.username = Some("reader".into());
+    reader.password = Some("r-pw".into());
+    let reader = ValkeyClient::connect(&reader).await.unwrap();
+    let err = reader.set("k", b"v").await.unwrap_err();
+    assert_eq!(err.reason(), "NoPermission", "{err}");
+}
+
+#[tokio::test]
+async fn replicaof_role_info_wait_and_readonly() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    let m = master.client().await;
+    let r = replica.client().await;
+
+    r.replicaof("127.0.0.1", master.port).await.unwrap();
+    let up = eventually("replica link up", Duration::from_secs(10), || async {
+        let info = r.info_replication().await.ok()?;
+        let up = info.upstream?;
+        (up.link_status == LinkStatus::Up).then_some(up)
+    })
+    .await;
+    assert_eq!(up.master_host, "127.0.0.1");
+    assert_eq!(up.master_port, master.port);
+    match r.role().await.unwrap() {
+        RoleReply::Replica {
+            master_port, state, ..
+        } => {
+            assert_eq!(master_port, master.port);
+            assert_eq!(state, UpstreamState::Connected);
+        }
+        other => panic!("expected replica role, got {other:?}"),
+    }
+
+    m.set("key", b"value").await.unwrap();
+    assert_eq!(m.wait(1, Duration::from_secs(2)).await.unwrap(), 1);
+    assert_eq!(r.get("key").await.unwrap(), Some(b"value".to_vec()));
+
+    let master_offset = m.info_replication().await.unwrap().master_repl_offset;
+    let info = eventually(
+        "replica acked the master's offset",
+        Duration::from_secs(5),
+        || async {
+            let info = m.info_replication().await.ok()?;
+            info.replicas
+                .iter()
+                .any(|replica| replica.offset >= master_offset)
+                .then_some(info)
+        },
+    )
+    .await;
+    assert_eq!(info.connected_replicas, 1);
+    assert_eq!(info.replicas[0].port, replica.port);
+    match m.role().await.unwrap() {
+        RoleReply::Master { replicas, .. } => assert_eq!(replicas[0].port, replica.port),
+        other => panic!("expected master role, got {other:?}"),
+    }
+
+    let err = r.set("key", b"x").await.unwrap_err();
+    assert!(matches!(err, Error::ReadOnly(_)), "{err:?}");
+
+    r.replicaof_no_one().await.unwrap();
+    assert!(matches!(r.role().await.unwrap(), RoleReply::Master { .. }));
+    r.set("key", b"x").await.unwrap();
+}
+
+#[tokio::test]
+async fn client_pause_write_blocks_writes_until_unpause() {
+    let server = Server::start(&[]);
+    let admin = server.client().await;
+    let writer = server.client().await;
+    admin.set("k", b"before").await.unwrap();
+
+    admin
+        .client_pause_write(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let write = tokio::spawn(async move {
+        let result = writer.set("k", b"after").await;
+        (result, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !write.is_finished(),
+        "SET completed while writes were paused"
+    );
+    // Reads and REPLICAOF-class admin commands still run while paused.
+    assert_eq!(admin.get("k").await.unwrap(), Some(b"before".to_vec()));
+    admin.info_replication().await.unwrap();
+
+    let unpaused_at = Instant::now();
+    admin.client_unpause().await.unwrap();
+    let (result, finished_at) = write.await.unwrap();
+    result.unwrap();
+    assert!(finished_at >= unpaused_at);
+    assert!(finished_at - unpaused_at < Duration::from_secs(1));
+    assert_eq!(admin.get("k").await.unwrap(), Some(b"after".to_vec()));
+}
+
+#[tokio::test]
+async fn failover_to_swaps_roles() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    let m = master.client().await;
+    let r = replica.client().await;
+    r.replicaof("127.0.0.1", master.port).await.unwrap();
+    eventually(
+        "replica online on master",
+        Duration::from_secs(10),
+        || async {
+            let info = m.info_replication().await.ok()?;
+            info.replicas
+                .iter()
+                .any(|r| r.state == vko_valkey::parse::ReplicaSyncState::Online)
+                .then_some(())
+        },
+    )
+    .await;
+    m.set("k", b"v").await.unwrap();
+
+    let err = m
+        .failover_to("no-such-host", 1, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ServerError", "{err}");
+
+    m.failover_to("127.0.0.1", replica.port, Duration::from_secs(5))
+        .await
+        .unwrap();
+    eventually(
+        "old master became a replica",
+        Duration::from_secs(10),
+        || async { matches!(m.role().await.ok()?, RoleReply::Replica { .. }).then_some(()) },
+    )
+    .await;
+    eventually("replica became master", Duration::from_secs(10), || async {
+        matches!(r.role().await.ok()?, RoleReply::Master { .. }).then_some(())
+    })
+    .await;
+    assert_eq!(r.get("k").await.unwrap(), Some(b"v".to_vec()));
+}
+
+#[tokio::test]
+async fn stopped_server_times_out_within_the_bound() {
+    let server = Server::start(&[]);
+    let mut opts = server.opts();
+    opts.command_timeout = Duration::from_millis(700);
+    opts.connect_timeout = Duration::from_millis(700);
+    let client = ValkeyClient::connect(&opts).await.unwrap();
+    client.ping().await.unwrap();
+
+    server.proc.signal("STOP");
+    let started = Instant::now();
+    let err = client.ping().await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.reason(), "Timeout", "{err}");
+    assert!(took >= Duration::from_millis(650), "{took:?}");
+    assert!(
+        took < Duration::from_millis(700) + Duration::from_millis(600),
+        "{took:?}"
+    );
+
+    // A new connection to the stopped server also gives up within connect_timeout.
+    let started = Instant::now();
+    let err = ValkeyClient::connect(&opts).await.unwrap_err();
+    assert_eq!(err.reason(), "Timeout", "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1300),
+        "{:?}",
+        started.elapsed()
+    );
+    server.proc.signal("CONT");
+}
+
+#[tokio::test]
+async fn lost_connection_is_reported_not_hidden() {
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    client.ping().await.unwrap();
+    server.proc.kill();
+    let started = Instant::now();
+    let err = client.ping().await.unwrap_err();
+    assert_eq!(err.reason(), "ConnectionFailed", "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // No silent reconnect even when the server is back on the same port.
+    let _again = Server::start_on(TempDir::new("again"), server.port, &[]);
+    let err = client.ping().await.unwrap_err();
+    assert_eq!(err.reason(), "ConnectionFailed", "{err}");
+}
+
+#[tokio::test]
+async fn loading_server_is_reported_as_loading() {
+    // Build an RDB big enough to load slowly, then start servers on copies of it with a per-key load
+    // delay (200k keys x 50 us = 10 s of loading).
+    let mut seed = Server::start(&["--enable-debug-command", "yes"]);
+    let client = seed.client().await;
+    client
+        .command(["DEBUG", "POPULATE", "200000"])
+        .await
+        .unwrap();
+    client.command(["SAVE"]).await.unwrap();
+    drop(client);
+    seed.proc.kill();
+    let slow_load = [
+        "--key-load-delay",
+        "50",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ];
+    let copy = |label: &str| {
+        let dir = TempDir::new(label);
+        std::fs::copy(
+            seed.dir.path().join("dump.rdb"),
+            dir.path().join("dump.rdb"),
+        )
+        .unwrap();
+        dir
+    };
+
+    let with_password = Server::start_in(
+        copy("loading-auth"),
+        &[&["--requirepass", "pw"][..], &slow_load].concat(),
+    );
+    let mut opts = with_password.opts();
+    opts.password = Some("pw".into());
+    // AUTH and INFO are allowed while loading, so this connection comes up...
+    let client = ValkeyClient::connect(&opts).await.unwrap();
+    let persistence = client.info_persistence().await.unwrap();
+    assert!(persistence.loading, "{persistence:?}");
+    // ...but most commands answer LOADING.
+    let err = client.ping().await.unwrap_err();
+    assert_eq!(err.reason(), "Loading", "{err}");
+
+    // Without a password the client's own handshake PING meets LOADING.
+    let open = Server::start_in(copy("loading-open"), &slow_load);
+    let err = ValkeyClient::connect(&open.opts()).await.unwrap_err();
+    assert_eq!(err.reason(), "Loading", "{err}");
+}
