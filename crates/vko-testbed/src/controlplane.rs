@@ -517,6 +517,8 @@ impl ControlPlane {
             format!("--cluster-signing-key-file={}", pki.ca_key().display()),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             format!("--node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}"),
+            // Nodes lose their not-ready taint (and become schedulable) sooner after start.
+            "--node-monitor-period=2s".into(),
             "--profiling=false".into(),
         ]
     }
