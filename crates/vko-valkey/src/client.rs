@@ -709,6 +709,16 @@ impl SentinelClient {
         RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
     }
 
+    /// `INFO <section>` of the Sentinel itself (`sentinel` lists each master's status and address).
+    pub async fn info(&self, section: &str) -> Result<Info> {
+        let text = self
+            .conn
+            .call(args(["INFO", section]))
+            .await?
+            .expect_text("INFO")?;
+        Ok(Info::parse(&text))
+    }
+
     /// `SENTINEL MASTER name`.
     pub async fn master(&self, name: &str) -> Result<SentinelMaster> {
         let reply = self

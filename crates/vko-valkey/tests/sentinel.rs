@@ -1,6 +1,9 @@
 //! SentinelClient against a real master + replica + 3 valkey-sentinel processes, all announcing
 //! `localhost` (hostnames, not IPs).
 
+// Test helpers outside #[test] fns unwrap too: a failed setup should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::time::Duration;
@@ -58,6 +61,17 @@ async fn sentinel_view_queries_and_failover() {
     let run_id = master.client().await.info_server().await.unwrap().run_id;
     assert_eq!(view.runid, Some(run_id));
     assert_eq!(s.masters().await.unwrap().len(), 1);
+    let info = s.info("sentinel").await.unwrap();
+    assert_eq!(
+        info.get("sentinel", "master0"),
+        Some(
+            format!(
+                "name={NAME},status=ok,address=localhost:{},slaves=1,sentinels=3",
+                master.port
+            )
+            .as_str()
+        )
+    );
 
     let replicas = eventually(
         "replica's link reported ok",

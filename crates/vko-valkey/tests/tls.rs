@@ -1,5 +1,8 @@
 //! TLS against a real valkey-server with a throwaway CA made by the `openssl` CLI.
 
+// Test helpers outside #[test] fns unwrap too: a failed setup should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::path::Path;

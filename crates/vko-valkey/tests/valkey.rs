@@ -1,5 +1,8 @@
 //! ValkeyClient against real throwaway valkey-server processes.
 
+// Test helpers outside #[test] fns unwrap too: a failed setup should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -58,6 +61,27 @@ async fn standalone_calls() {
     let all = client.info("all").await.unwrap();
     assert!(all.section("clients").is_some());
     client.close().await;
+}
+
+#[tokio::test]
+async fn closing_or_dropping_a_client_closes_its_connection() {
+    let server = Server::start(&[]);
+    let observer = server.client().await;
+    let connected = || async {
+        let list = observer.command(["CLIENT", "LIST"]).await.unwrap();
+        list.as_text().unwrap().lines().count()
+    };
+    let closed = server.client().await;
+    let dropped = server.client().await;
+    assert_eq!(connected().await, 3);
+    closed.close().await;
+    drop(dropped);
+    eventually(
+        "only the observer is left",
+        Duration::from_secs(5),
+        || async { (connected().await == 1).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test]
