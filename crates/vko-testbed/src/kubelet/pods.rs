@@ -334,6 +334,7 @@ impl PodWorker {
                 })
                 .collect(),
             terminal: false,
+            observed_generation: pod.metadata.generation,
         };
         let pod_dir = kubelet.config.state_dir.join("pods").join(&key.uid);
         let (stop, _) = watch::channel(None);
@@ -396,7 +397,13 @@ impl PodWorker {
             match current {
                 None => break Ending::Gone,
                 Some(pod) if pod.metadata.deletion_timestamp.is_some() => break Ending::Deleted,
-                Some(_) => {}
+                Some(pod) => {
+                    let generation = pod.metadata.generation;
+                    if self.shared.lock().observed_generation != generation {
+                        self.shared
+                            .update(|record| record.observed_generation = generation);
+                    }
+                }
             }
             tokio::select! {
                 () = &mut life, if !life_done => life_done = true,

@@ -105,6 +105,8 @@ pub struct PodRecord {
     pub containers: Vec<ContainerRecord>,
     /// The pod is being or has been shut down for good (deletion): its containers will not restart.
     pub terminal: bool,
+    /// The pod's `metadata.generation` as last seen (reported as `observedGeneration`).
+    pub observed_generation: Option<i64>,
 }
 
 const PENDING: &str = "Pending";
@@ -307,6 +309,7 @@ pub fn pod_status(
             last_transition_time: Some(last_transition_time),
             reason: if ok { None } else { reason.map(str::to_string) },
             message: if ok { None } else { message },
+            observed_generation: record.observed_generation,
             ..PodCondition::default()
         }
     };
@@ -380,6 +383,7 @@ pub fn pod_status(
             Some(init_statuses)
         },
         qos_class: previous.and_then(|status| status.qos_class.clone()),
+        observed_generation: record.observed_generation,
         ..PodStatus::default()
     }
 }
@@ -444,6 +448,7 @@ mod tests {
             init_containers: init,
             containers,
             terminal: false,
+            observed_generation: Some(1),
         }
     }
 
