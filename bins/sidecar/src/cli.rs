@@ -1,0 +1,377 @@
+//! Command line: exactly the arguments vko-render puts on the `init`, `init-sentinel` and
+//! `sidecar` containers (crates/vko-render/src/{pod,data,sentinel}.rs), plus the pod's identity
+//! from the downward API. The password comes only from the environment, never from argv.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use vko_render::{VALKEY_CONF_KEY, paths};
+
+use crate::conf;
+use crate::error::{Result, SidecarError};
+use crate::handover::HandoverSettings;
+use crate::init::InitSettings;
+use crate::node::Node;
+use crate::pod_api::{KubePodApi, PodApi};
+use crate::sentinel_init::SentinelInit;
+use crate::topology::{Dialer, Discovery, DnsNames, Endpoint, TlsFiles, Topology, sentinels_of};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vko-sidecar",
+    version,
+    about = "vko's per-pod helper for Valkey data and Sentinel pods"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Init container of a data pod: decide the boot role, write the effective config.
+    Init(InitArgs),
+    /// Init container of a Sentinel pod: write sentinel.conf into the writable directory.
+    SentinelInit(SentinelInitArgs),
+    /// The long-running sidecar of a data pod.
+    Run(RunArgs),
+}
+
+/// Where the cluster is (`vko_render::pod::cluster_args`).
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    #[arg(long)]
+    pub cluster: String,
+    #[arg(long)]
+    pub headless_service: String,
+    #[arg(long)]
+    pub cluster_domain: String,
+    #[arg(long)]
+    pub valkey_port: u16,
+    #[arg(long, requires_all = ["sentinel_port", "sentinel_monitor"])]
+    pub sentinel_service: Option<String>,
+    #[arg(long)]
+    pub sentinel_port: Option<u16>,
+    #[arg(long)]
+    pub sentinel_monitor: Option<String>,
+    /// Sentinel accepts clients without a password (the data tier still requires one).
+    #[arg(long)]
+    pub sentinel_auth_disabled: bool,
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: String,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: String,
+}
+
+/// `vko_render::pod::tls_args`.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_ca_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[arg(long)]
+    pub master_config: PathBuf,
+    #[arg(long)]
+    pub replica_config: PathBuf,
+    #[arg(long)]
+    pub output: PathBuf,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SentinelInitArgs {
+    #[arg(long)]
+    pub template: PathBuf,
+    #[arg(long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(long)]
+    pub health_port: u16,
+    #[arg(long)]
+    pub active_config: PathBuf,
+    /// The replica config template (the operator's recorded master without Sentinel).
+    #[arg(long, default_value_t = format!("{}/{VALKEY_CONF_KEY}", paths::REPLICA_CONFIG_DIR))]
+    pub replica_config: String,
+    /// Upper bound of the write pause during a handover, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    pub handover_pause_ms: u64,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// The env var with the password. Same value as `vko_render::pod::PASSWORD_ENV`, which
+/// vko-render does not export (its `pod` module is private).
+pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+
+/// `VALKEY_PASSWORD`, when set and non-empty.
+pub fn password_from_env() -> Option<String> {
+    std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty())
+}
+
+impl TlsArgs {
+    fn files(&self) -> Option<TlsFiles> {
+        self.tls_ca_file.as_ref().map(|ca| TlsFiles {
+            ca: ca.clone(),
+            cert: self.tls_cert_file.clone(),
+            key: self.tls_key_file.clone(),
+        })
+    }
+}
+
+impl ClusterArgs {
+    fn names(&self) -> Result<DnsNames> {
+        let sentinel_port = match (&self.sentinel_service, self.sentinel_port) {
+            (Some(_), Some(port)) => port,
+            (None, _) => 0,
+            (Some(_), None) => {
+                return Err(SidecarError::Config(
+                    "--sentinel-port is required with --sentinel-service".into(),
+                ));
+            }
+        };
+        Ok(DnsNames {
+            cluster: self.cluster.clone(),
+            headless_service: self.headless_service.clone(),
+            sentinel_service: self.sentinel_service.clone(),
+            namespace: self.pod_namespace.clone(),
+            cluster_domain: self.cluster_domain.clone(),
+            valkey_port: self.valkey_port,
+            sentinel_port,
+        })
+    }
+
+    fn topology(&self, replica_config: PathBuf) -> Result<Topology> {
+        let names = self.names()?;
+        let me = Endpoint::new(names.data_pod_fqdn(&self.pod_name), self.valkey_port);
+        Ok(Topology {
+            me,
+            local: Endpoint::new("127.0.0.1", self.valkey_port),
+            monitor: self.sentinel_monitor.clone(),
+            discovery: Discovery::Dns(names),
+            replica_config,
+        })
+    }
+}
+
+/// The init container needs no API: a `PodApi` that refuses every call.
+struct NoPodApi;
+
+impl PodApi for NoPodApi {
+    fn set_role_label<'a>(
+        &'a self,
+        _: &'a str,
+        _: crate::decide::InstanceRole,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
+    }
+    fn is_terminating<'a>(&'a self, _: &'a str) -> futures::future::BoxFuture<'a, Result<bool>> {
+        Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
+    }
+}
+
+pub async fn run_init(args: InitArgs) -> Result<()> {
+    let password = password_from_env();
+    let node = Node {
+        topology: args.cluster.topology(args.replica_config.clone())?,
+        dialer: Dialer::new(password.clone(), args.tls.files()),
+        pods: Arc::new(NoPodApi),
+        my_pod: args.cluster.pod_name.clone(),
+        active_config: args.output.clone(),
+    };
+    let settings = InitSettings {
+        master_template: args.master_config,
+        data_dir: args.data_dir,
+        attempts: 10,
+        retry_delay: Duration::from_secs(2),
+    };
+    crate::init::init(&node, &settings, password.as_deref()).await?;
+    Ok(())
+}
+
+pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
+    let names = args.cluster.names()?;
+    let monitor_name = args
+        .cluster
+        .sentinel_monitor
+        .clone()
+        .ok_or_else(|| SidecarError::Config("--sentinel-monitor is required".into()))?;
+    let fqdn = names
+        .sentinel_pod_fqdn(&args.cluster.pod_name)
+        .ok_or_else(|| SidecarError::Config("--sentinel-service is required".into()))?;
+    let me = Endpoint::new(fqdn, names.sentinel_port);
+    let discovery = Discovery::Dns(names);
+    let others: Vec<Endpoint> = sentinels_of(&discovery)
+        .await
+        .into_iter()
+        .filter(|s| *s != me)
+        .collect();
+    let password = password_from_env();
+    let dialer = Dialer::new(password.clone(), args.tls.files());
+    let init = SentinelInit {
+        template: args.template,
+        output: args.output,
+        monitor_name,
+        me,
+        others,
+        password,
+        sentinel_auth_disabled: args.cluster.sentinel_auth_disabled,
+        myid: conf::sentinel_myid(&args.cluster.pod_name, &args.cluster.pod_namespace),
+        attempts: 3,
+        retry_delay: Duration::from_secs(1),
+    };
+    crate::sentinel_init::sentinel_init(&dialer, &init).await?;
+    Ok(())
+}
+
+pub async fn run_sidecar(args: RunArgs) -> Result<()> {
+    let password = password_from_env();
+    let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace).await?;
+    let node = Node {
+        topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,
+        dialer: Dialer::new(password, args.tls.files()),
+        pods: Arc::new(pods),
+        my_pod: args.cluster.pod_name.clone(),
+        active_config: args.active_config,
+    };
+    let settings = HandoverSettings {
+        pause: Duration::from_millis(args.handover_pause_ms),
+        ..HandoverSettings::default()
+    };
+    let shared = crate::run::Shared::new(Arc::new(node), settings);
+    crate::run::run(shared, args.health_port).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// The exact argument lists vko-render renders (from its HA + TLS snapshot).
+    #[test]
+    fn accepts_the_rendered_arguments() {
+        let common = [
+            "--cluster=production",
+            "--headless-service=production-headless",
+            "--cluster-domain=cluster.local",
+            "--valkey-port=16379",
+            "--sentinel-service=production-sentinel-headless",
+            "--sentinel-port=36379",
+            "--sentinel-monitor=production",
+            "--tls-ca-file=/tls/ca.crt",
+            "--tls-cert-file=/tls/tls.crt",
+            "--tls-key-file=/tls/tls.key",
+            "--pod-name=production-0",
+            "--pod-namespace=demo",
+        ];
+        let with = |head: &[&str]| {
+            let mut argv = vec!["vko-sidecar"];
+            argv.extend_from_slice(head);
+            argv.extend_from_slice(&common);
+            Cli::try_parse_from(argv).unwrap()
+        };
+        let init = with(&[
+            "init",
+            "--master-config=/etc/valkey/valkey.conf",
+            "--replica-config=/etc/valkey-replica/valkey.conf",
+            "--output=/etc/valkey-active/valkey.conf",
+            "--data-dir=/data",
+        ]);
+        let Command::Init(init) = init.command else {
+            panic!("init")
+        };
+        let topo = init.cluster.topology(init.replica_config.clone()).unwrap();
+        assert_eq!(
+            topo.me,
+            Endpoint::new(
+                "production-0.production-headless.demo.svc.cluster.local",
+                16379
+            )
+        );
+        assert_eq!(topo.monitor.as_deref(), Some("production"));
+        assert!(init.tls.files().is_some());
+
+        let run = with(&[
+            "run",
+            "--health-port=8082",
+            "--active-config=/etc/valkey-active/valkey.conf",
+        ]);
+        let Command::Run(run) = run.command else {
+            panic!("run")
+        };
+        assert_eq!(run.replica_config, "/etc/valkey-replica/valkey.conf");
+
+        let mut sentinel = vec![
+            "vko-sidecar",
+            "sentinel-init",
+            "--template=/etc/sentinel-template/sentinel.conf",
+            "--output=/etc/sentinel/sentinel.conf",
+        ];
+        sentinel.extend_from_slice(&common);
+        sentinel.push("--sentinel-auth-disabled");
+        let Command::SentinelInit(s) = Cli::try_parse_from(sentinel).unwrap().command else {
+            panic!("sentinel-init")
+        };
+        assert!(s.cluster.sentinel_auth_disabled);
+        assert_eq!(
+            s.cluster
+                .names()
+                .unwrap()
+                .sentinel_pod_fqdn("production-sentinel-1")
+                .as_deref(),
+            Some("production-sentinel-1.production-sentinel-headless.demo.svc.cluster.local")
+        );
+    }
+
+    #[test]
+    fn standalone_arguments_have_no_sentinel() {
+        let cli = Cli::try_parse_from([
+            "vko-sidecar",
+            "run",
+            "--health-port=8082",
+            "--active-config=/etc/valkey-active/valkey.conf",
+            "--cluster=solo",
+            "--headless-service=solo-headless",
+            "--cluster-domain=cluster.local",
+            "--valkey-port=6379",
+            "--pod-name=solo-0",
+            "--pod-namespace=demo",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run")
+        };
+        assert!(
+            run.cluster
+                .topology(PathBuf::from("/x"))
+                .unwrap()
+                .monitor
+                .is_none()
+        );
+        assert!(run.tls.files().is_none());
+        // No way to pass the password as an argument.
+        assert!(Cli::try_parse_from(["vko-sidecar", "run", "--password=x"]).is_err());
+    }
+}

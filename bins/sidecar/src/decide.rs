@@ -1,0 +1,483 @@
+//! Every decision the sidecar takes, as pure functions of what it observed (ADR 0005). The I/O
+//! around them lives in `init`, `run` and `handover`.
+
+use std::collections::BTreeMap;
+
+use crate::conf::{HOLD_HOST, RoleLine};
+use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
+
+/// Who says which pod is master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authority {
+    /// A single pod without Sentinel: no replication, nothing to guard.
+    Standalone,
+    /// The Sentinel majority (or, without Sentinel, the operator's record) names this master.
+    Names(Endpoint),
+    /// No authority answered: no Sentinel majority reachable / no record.
+    NoAnswer,
+}
+
+/// The master a strict majority of the Sentinels names. The electorate is the larger of the
+/// Sentinels we found and the largest peer count any of them reports, so two answering Sentinels
+/// out of five known are not a majority.
+pub fn sentinel_majority(
+    answers: &[Option<SentinelAnswer>],
+    discovered: usize,
+) -> Option<Endpoint> {
+    let reported = answers
+        .iter()
+        .flatten()
+        .map(|a| a.known_sentinels as usize)
+        .max()
+        .unwrap_or(0);
+    let electorate = discovered.max(reported);
+    let mut votes: BTreeMap<&Endpoint, usize> = BTreeMap::new();
+    for answer in answers.iter().flatten() {
+        *votes.entry(&answer.master).or_default() += 1;
+    }
+    votes
+        .into_iter()
+        .find(|(_, n)| *n * 2 > electorate)
+        .map(|(ep, _)| ep.clone())
+}
+
+/// `sentinel-init`: where a (re)starting Sentinel points its monitor. The other Sentinels'
+/// majority answer; without one, the answer with the newest config epoch (the latest failover
+/// wins); `None` when nobody answered (then the rendered seed stays).
+pub fn monitor_target(answers: &[Option<SentinelAnswer>]) -> Option<Endpoint> {
+    let answered: Vec<&SentinelAnswer> = answers.iter().flatten().collect();
+    if answered.is_empty() {
+        return None;
+    }
+    if let Some(majority) = sentinel_majority(answers, answered.len()) {
+        return Some(majority);
+    }
+    answered
+        .iter()
+        .max_by_key(|a| a.config_epoch)
+        .map(|a| a.master.clone())
+}
+
+/// Could no peer hold data? Only when every peer that exists answered and holds none.
+fn peers_provably_empty(peers: &[PeerEvidence]) -> bool {
+    peers.iter().all(|p| match p {
+        PeerEvidence::Answered(r) => !r.holds_data(),
+        PeerEvidence::Unreachable(_) => false,
+    })
+}
+
+fn any_peer_holds_data(peers: &[PeerEvidence]) -> bool {
+    peers
+        .iter()
+        .any(|p| matches!(p, PeerEvidence::Answered(r) if r.holds_data()))
+}
+
+/// The init container's choice of the first role line (ADR 0005 "leaving the hold", at pod
+/// start): a replica of the named master; master only when the authority names this pod and no
+/// peer can hold data; otherwise the hold.
+pub fn boot_role(me: &Endpoint, authority: &Authority, peers: &[PeerEvidence]) -> RoleLine {
+    match authority {
+        Authority::Standalone => RoleLine::Master,
+        Authority::NoAnswer => RoleLine::Hold { port: me.port },
+        // Safe even if M is not up yet: a replica of M only ever copies what M serves as master.
+        Authority::Names(master) if master != me => RoleLine::ReplicaOf(master.clone()),
+        Authority::Names(_) => {
+            if peers_provably_empty(peers) {
+                RoleLine::Master
+            } else {
+                RoleLine::Hold { port: me.port }
+            }
+        }
+    }
+}
+
+/// What a server found in the hold should do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldExit {
+    /// The authority names another pod that answers as master: replicate from it.
+    ReplicaOf(Endpoint),
+    /// The authority names this pod, but peers hold data: ask Sentinel to promote one of them.
+    RequestFailover,
+    /// Nothing else can hold data (or standalone): become master with what persistence restored.
+    PromoteSelf,
+    /// Keep waiting; the reason is logged.
+    Wait(&'static str),
+}
+
+pub fn leave_hold(
+    me: &Endpoint,
+    authority: &Authority,
+    peers: &[PeerEvidence],
+    sentinel: bool,
+) -> HoldExit {
+    match authority {
+        Authority::Standalone => HoldExit::PromoteSelf,
+        Authority::NoAnswer => HoldExit::Wait("no authority answers"),
+        Authority::Names(master) if master != me => {
+            let answers_as_master = peers.iter().any(
+                |p| matches!(p, PeerEvidence::Answered(r) if r.endpoint == *master && r.is_master()),
+            );
+            if answers_as_master {
+                HoldExit::ReplicaOf(master.clone())
+            } else {
+                HoldExit::Wait("the named master does not answer as master")
+            }
+        }
+        Authority::Names(_) => {
+            if any_peer_holds_data(peers) {
+                if sentinel {
+                    HoldExit::RequestFailover
+                } else {
+                    HoldExit::Wait("peers hold data; the operator promotes the most caught-up")
+                }
+            } else if peers_provably_empty(peers) {
+                HoldExit::PromoteSelf
+            } else {
+                HoldExit::Wait("a peer does not answer, so it may hold data")
+            }
+        }
+    }
+}
+
+/// The local server's live role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveRole {
+    Master,
+    ReplicaOf(Endpoint),
+    /// Restarted from the hold: a replica of `vko-hold.invalid`.
+    Hold,
+}
+
+pub fn live_role(report: &PeerReport) -> LiveRole {
+    match &report.upstream {
+        _ if report.is_master() => LiveRole::Master,
+        Some(up) if up.host == HOLD_HOST => LiveRole::Hold,
+        Some(up) => LiveRole::ReplicaOf(up.clone()),
+        // A replica without a master line does not exist; treat it as the hold (serves nothing).
+        None => LiveRole::Hold,
+    }
+}
+
+/// ADR 0005: the file always describes a safe restart. A master's file says hold (a standalone
+/// has nothing to guard); a replica's names its master. `None`: leave the file as it is (a
+/// replica of an IP address, which must never be written).
+pub fn file_role(live: &LiveRole, standalone: bool, port: u16) -> Option<RoleLine> {
+    match live {
+        LiveRole::Master if standalone => Some(RoleLine::Master),
+        LiveRole::Master | LiveRole::Hold => Some(RoleLine::Hold { port }),
+        LiveRole::ReplicaOf(master) if master.host.parse::<std::net::IpAddr>().is_ok() => None,
+        LiveRole::ReplicaOf(master) => Some(RoleLine::ReplicaOf(master.clone())),
+    }
+}
+
+/// The `vko.gtrfc.com/instanceRole` label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceRole {
+    Master,
+    Replica,
+}
+
+impl InstanceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceRole::Master => vko_api::consts::labels::ROLE_MASTER,
+            InstanceRole::Replica => vko_api::consts::labels::ROLE_REPLICA,
+        }
+    }
+}
+
+/// The label: the server's own role, except that a master which the Sentinel majority does not
+/// name is labelled replica (never route writes to a stale master). Without a Sentinel answer
+/// the server's word stands.
+pub fn label_for(
+    live: &LiveRole,
+    me: &Endpoint,
+    sentinel_master: Option<&Endpoint>,
+) -> InstanceRole {
+    match (live, sentinel_master) {
+        (LiveRole::Master, Some(named)) if named != me => InstanceRole::Replica,
+        (LiveRole::Master, _) => InstanceRole::Master,
+        (LiveRole::ReplicaOf(_) | LiveRole::Hold, _) => InstanceRole::Replica,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use vko_valkey::parse::ReplicationRole;
+
+    use super::*;
+
+    fn ep(i: u16) -> Endpoint {
+        Endpoint::new(format!("vk-{i}.vk-headless.ns.svc.cluster.local"), 6379)
+    }
+
+    fn answered(i: u16, master: bool, offset: i64, keys: u64) -> PeerEvidence {
+        PeerEvidence::Answered(PeerReport {
+            endpoint: ep(i),
+            role: if master {
+                ReplicationRole::Master
+            } else {
+                ReplicationRole::Replica
+            },
+            upstream: (!master).then(|| Endpoint::new(HOLD_HOST, 6379)),
+            master_repl_offset: offset,
+            keys,
+        })
+    }
+
+    fn vote(sentinel: u16, master: u16, known: u32, epoch: u64) -> Option<SentinelAnswer> {
+        Some(SentinelAnswer {
+            sentinel: Endpoint::new(format!("s{sentinel}"), 26379),
+            master: ep(master),
+            known_sentinels: known,
+            config_epoch: epoch,
+        })
+    }
+
+    #[test]
+    fn sentinel_majority_needs_more_than_half_of_the_electorate() {
+        assert_eq!(
+            sentinel_majority(&[vote(0, 1, 3, 0), vote(1, 1, 3, 0), None], 3),
+            Some(ep(1))
+        );
+        assert_eq!(sentinel_majority(&[vote(0, 1, 3, 0), None, None], 3), None);
+        // Split vote: no majority.
+        assert_eq!(
+            sentinel_majority(&[vote(0, 1, 3, 1), vote(1, 2, 3, 2), None], 3),
+            None
+        );
+        // Only two pods resolved, but they know of five Sentinels: two votes are not enough.
+        assert_eq!(
+            sentinel_majority(&[vote(0, 1, 5, 0), vote(1, 1, 5, 0)], 2),
+            None
+        );
+        assert_eq!(sentinel_majority(&[None, None, None], 3), None);
+    }
+
+    #[test]
+    fn monitor_target_prefers_majority_then_newest_epoch_then_seed() {
+        assert_eq!(
+            monitor_target(&[vote(0, 2, 3, 1), vote(1, 2, 3, 1)]),
+            Some(ep(2))
+        );
+        assert_eq!(
+            monitor_target(&[vote(0, 1, 3, 1), vote(1, 2, 3, 4)]),
+            Some(ep(2))
+        );
+        assert_eq!(monitor_target(&[None, None]), None);
+        assert_eq!(monitor_target(&[]), None);
+    }
+
+    #[test]
+    fn boot_role_decision_table() {
+        let me = ep(0);
+        let hold = RoleLine::Hold { port: 6379 };
+        // Standalone: plain master config.
+        assert_eq!(
+            boot_role(&me, &Authority::Standalone, &[]),
+            RoleLine::Master
+        );
+        // No authority: never guess.
+        assert_eq!(boot_role(&me, &Authority::NoAnswer, &[]), hold);
+        assert_eq!(
+            boot_role(&me, &Authority::NoAnswer, &[answered(1, false, 0, 0)]),
+            hold
+        );
+        // The authority names another pod: replica of it, whatever the peers say.
+        assert_eq!(
+            boot_role(
+                &me,
+                &Authority::Names(ep(2)),
+                &[PeerEvidence::Unreachable(ep(2))]
+            ),
+            RoleLine::ReplicaOf(ep(2))
+        );
+        // Names this pod, first boot of a new cluster: every peer answered empty.
+        assert_eq!(
+            boot_role(
+                &me,
+                &Authority::Names(me.clone()),
+                &[answered(1, false, 0, 0), answered(2, false, 0, 0)]
+            ),
+            RoleLine::Master
+        );
+        assert_eq!(
+            boot_role(&me, &Authority::Names(me.clone()), &[]),
+            RoleLine::Master
+        );
+        // Names this pod but a peer replicated from it (offset) or has keys: hold.
+        assert_eq!(
+            boot_role(
+                &me,
+                &Authority::Names(me.clone()),
+                &[answered(1, false, 1234, 0)]
+            ),
+            hold
+        );
+        assert_eq!(
+            boot_role(
+                &me,
+                &Authority::Names(me.clone()),
+                &[answered(1, false, 0, 7)]
+            ),
+            hold
+        );
+        // Names this pod but a peer is silent: it may hold data, so hold.
+        assert_eq!(
+            boot_role(
+                &me,
+                &Authority::Names(me.clone()),
+                &[answered(1, false, 0, 0), PeerEvidence::Unreachable(ep(2))]
+            ),
+            hold
+        );
+    }
+
+    #[test]
+    fn leaving_the_hold_decision_table() {
+        let me = ep(0);
+        let names_me = Authority::Names(me.clone());
+        assert_eq!(
+            leave_hold(&me, &Authority::Standalone, &[], false),
+            HoldExit::PromoteSelf
+        );
+        assert!(matches!(
+            leave_hold(&me, &Authority::NoAnswer, &[], true),
+            HoldExit::Wait(_)
+        ));
+        // Another master that answers as master: follow it.
+        assert_eq!(
+            leave_hold(
+                &me,
+                &Authority::Names(ep(1)),
+                &[answered(1, true, 99, 3)],
+                true
+            ),
+            HoldExit::ReplicaOf(ep(1))
+        );
+        // Named, but it is itself in the hold or silent: wait.
+        assert!(matches!(
+            leave_hold(
+                &me,
+                &Authority::Names(ep(1)),
+                &[answered(1, false, 99, 3)],
+                true
+            ),
+            HoldExit::Wait(_)
+        ));
+        assert!(matches!(
+            leave_hold(
+                &me,
+                &Authority::Names(ep(1)),
+                &[PeerEvidence::Unreachable(ep(1))],
+                false
+            ),
+            HoldExit::Wait(_)
+        ));
+        // This pod restarted faster than the failover and a replica holds data.
+        let data = [answered(1, false, 5000, 10), answered(2, false, 0, 0)];
+        assert_eq!(
+            leave_hold(&me, &names_me, &data, true),
+            HoldExit::RequestFailover
+        );
+        assert!(matches!(
+            leave_hold(&me, &names_me, &data, false),
+            HoldExit::Wait(_)
+        ));
+        // Nothing anywhere: become master with what persistence restored.
+        let empty = [answered(1, false, 0, 0), answered(2, false, 0, 0)];
+        assert_eq!(
+            leave_hold(&me, &names_me, &empty, true),
+            HoldExit::PromoteSelf
+        );
+        // A silent peer could hold data.
+        assert!(matches!(
+            leave_hold(
+                &me,
+                &names_me,
+                &[answered(1, false, 0, 0), PeerEvidence::Unreachable(ep(2))],
+                true
+            ),
+            HoldExit::Wait(_)
+        ));
+    }
+
+    #[test]
+    fn the_file_always_describes_a_safe_restart() {
+        let hold = Some(RoleLine::Hold { port: 6379 });
+        assert_eq!(file_role(&LiveRole::Master, false, 6379), hold);
+        assert_eq!(file_role(&LiveRole::Hold, false, 6379), hold);
+        assert_eq!(
+            file_role(&LiveRole::Master, true, 6379),
+            Some(RoleLine::Master)
+        );
+        assert_eq!(
+            file_role(&LiveRole::ReplicaOf(ep(2)), false, 6379),
+            Some(RoleLine::ReplicaOf(ep(2)))
+        );
+        // Never an IP address in the file.
+        assert_eq!(
+            file_role(
+                &LiveRole::ReplicaOf(Endpoint::new("10.244.0.7", 6379)),
+                false,
+                6379
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn live_role_reads_the_hold() {
+        let report = |role, upstream: Option<Endpoint>| PeerReport {
+            endpoint: ep(0),
+            role,
+            upstream,
+            master_repl_offset: 0,
+            keys: 0,
+        };
+        assert_eq!(
+            live_role(&report(ReplicationRole::Master, None)),
+            LiveRole::Master
+        );
+        assert_eq!(
+            live_role(&report(
+                ReplicationRole::Replica,
+                Some(Endpoint::new(HOLD_HOST, 6379))
+            )),
+            LiveRole::Hold
+        );
+        assert_eq!(
+            live_role(&report(ReplicationRole::Replica, Some(ep(1)))),
+            LiveRole::ReplicaOf(ep(1))
+        );
+    }
+
+    #[test]
+    fn label_is_cross_checked_against_sentinel() {
+        let me = ep(0);
+        assert_eq!(
+            label_for(&LiveRole::Master, &me, None),
+            InstanceRole::Master
+        );
+        assert_eq!(
+            label_for(&LiveRole::Master, &me, Some(&me)),
+            InstanceRole::Master
+        );
+        // A stale master: Sentinel's majority names another pod.
+        assert_eq!(
+            label_for(&LiveRole::Master, &me, Some(&ep(1))),
+            InstanceRole::Replica
+        );
+        assert_eq!(
+            label_for(&LiveRole::ReplicaOf(ep(1)), &me, Some(&me)),
+            InstanceRole::Replica
+        );
+        assert_eq!(
+            label_for(&LiveRole::Hold, &me, Some(&me)),
+            InstanceRole::Replica
+        );
+        assert_eq!(InstanceRole::Master.as_str(), "master");
+        assert_eq!(InstanceRole::Replica.as_str(), "replica");
+    }
+}

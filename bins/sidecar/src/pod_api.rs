@@ -1,0 +1,58 @@
+//! The sidecar's two Kubernetes calls, behind a trait so the logic is tested without an API
+//! server. Its Role allows exactly these: `get` and `patch` on this cluster's data pods.
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::decide::InstanceRole;
+use crate::error::{Result, SidecarError};
+
+pub trait PodApi: Send + Sync {
+    /// Merge-patch `vko.gtrfc.com/instanceRole` on `pod`.
+    fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>>;
+    /// Is `pod` being deleted (deletionTimestamp set)?
+    fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>>;
+}
+
+/// The real API, in-cluster credentials (the projected token).
+pub struct KubePodApi {
+    pods: Api<Pod>,
+}
+
+impl KubePodApi {
+    pub async fn in_cluster(namespace: &str) -> Result<KubePodApi> {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| SidecarError::Kube(format!("client: {e}")))?;
+        Ok(KubePodApi {
+            pods: Api::namespaced(client, namespace),
+        })
+    }
+}
+
+impl PodApi for KubePodApi {
+    fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let patch = serde_json::json!({
+                "metadata": { "labels": { vko_api::consts::labels::INSTANCE_ROLE: role.as_str() } }
+            });
+            self.pods
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| SidecarError::Kube(format!("patch pod {pod}: {e}")))
+        })
+    }
+
+    fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let pod = self
+                .pods
+                .get(pod)
+                .await
+                .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))?;
+            Ok(pod.metadata.deletion_timestamp.is_some())
+        })
+    }
+}

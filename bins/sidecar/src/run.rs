@@ -1,0 +1,412 @@
+//! `vko-sidecar run`: the per-pod loop (labels, the effective config, leaving the hold), the
+//! health server with `/drain`, and the handover on SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tokio::sync::OnceCell;
+use vko_valkey::ValkeyClient;
+
+use crate::decide::{self, Authority, HoldExit, InstanceRole, LiveRole};
+use crate::error::{Result, SidecarError};
+use crate::handover::{HandoverOutcome, HandoverSettings, handover};
+use crate::node::Node;
+use crate::topology::{PeerEvidence, probe_all, report_of};
+
+/// How often the loop looks at the local server.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// While in the hold, peers and the authority are asked at most this often.
+const HOLD_RECHECK: Duration = Duration::from_secs(2);
+/// `SENTINEL FAILOVER` requests out of the hold are repeated at most this often (a failover
+/// takes about a second; Sentinel refuses a second one while one runs).
+const FAILOVER_REQUEST_INTERVAL: Duration = Duration::from_secs(15);
+
+/// What one pass of the loop saw and did (for logs and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tick {
+    pub run_id: String,
+    pub live: LiveRole,
+    pub label: InstanceRole,
+    /// The hold decision, when the server was in the hold and it was evaluated.
+    pub hold_exit: Option<HoldExit>,
+}
+
+/// The loop's memory between passes.
+pub struct Keeper {
+    node: Arc<Node>,
+    local: Option<ValkeyClient>,
+    last_run_id: Option<String>,
+    last_label: Option<InstanceRole>,
+    last_hold_check: Option<Instant>,
+    last_failover_request: Option<Instant>,
+    last_wait_reason: Option<&'static str>,
+}
+
+impl Keeper {
+    pub fn new(node: Arc<Node>) -> Keeper {
+        Keeper {
+            node,
+            local: None,
+            last_run_id: None,
+            last_label: None,
+            last_hold_check: None,
+            last_failover_request: None,
+            last_wait_reason: None,
+        }
+    }
+
+    /// One pass. An error means the local server could not be asked; the next pass reconnects.
+    pub async fn tick(&mut self) -> Result<Tick> {
+        let result = self.tick_inner().await;
+        if result.is_err() {
+            self.local = None;
+        }
+        result
+    }
+
+    async fn tick_inner(&mut self) -> Result<Tick> {
+        let node = self.node.clone();
+        if self.local.is_none() {
+            self.local = Some(node.local().await?);
+        }
+        let Some(local) = self.local.as_ref() else {
+            return Err(SidecarError::Config("no local connection".into()));
+        };
+        let run_id = local
+            .info_server()
+            .await
+            .map_err(SidecarError::valkey("INFO server on the local server"))?
+            .run_id;
+        let report = report_of(local, node.me()).await?;
+        let restarted = self.last_run_id.as_deref() != Some(run_id.as_str());
+        if restarted {
+            tracing::info!(run_id, role = ?report.role, "local valkey-server (re)started");
+            self.last_run_id = Some(run_id.clone());
+            self.last_hold_check = None;
+        }
+        let mut live = decide::live_role(&report);
+        let standalone = node.standalone()?;
+
+        let mut hold_exit = None;
+        let due = self
+            .last_hold_check
+            .is_none_or(|t| t.elapsed() >= HOLD_RECHECK);
+        if live == LiveRole::Hold && due {
+            self.last_hold_check = Some(Instant::now());
+            let exit = self.leave_hold(standalone).await?;
+            live = self.act_on_hold_exit(&exit).await?.unwrap_or(live);
+            hold_exit = Some(exit);
+        }
+
+        let sentinel_master = if live == LiveRole::Master && node.topology.sentinel_enabled() {
+            node.sentinel_master().await
+        } else {
+            None
+        };
+        let label = decide::label_for(&live, node.me(), sentinel_master.as_ref());
+        if self.last_label != Some(label) {
+            match node.pods.set_role_label(&node.my_pod, label).await {
+                Ok(()) => {
+                    tracing::info!(label = label.as_str(), live = ?live, "pod label instanceRole set");
+                    self.last_label = Some(label);
+                }
+                Err(e) => tracing::warn!(error = %e, "could not patch the pod label; retrying"),
+            }
+        }
+        if let Some(role) = decide::file_role(&live, standalone, node.me().port) {
+            node.keep_role_line(&role)?;
+        }
+        Ok(Tick {
+            run_id,
+            live,
+            label,
+            hold_exit,
+        })
+    }
+
+    async fn leave_hold(&mut self, standalone: bool) -> Result<HoldExit> {
+        let node = &self.node;
+        let authority = if standalone {
+            Authority::Standalone
+        } else {
+            node.authority().await?
+        };
+        let mut peers = node.topology.peers().await;
+        if let Authority::Names(master) = &authority
+            && master != node.me()
+            && !peers.contains(master)
+        {
+            peers.push(master.clone());
+        }
+        let evidence: Vec<PeerEvidence> = probe_all(&node.dialer, &peers).await;
+        let exit = decide::leave_hold(
+            node.me(),
+            &authority,
+            &evidence,
+            node.topology.sentinel_enabled(),
+        );
+        match &exit {
+            HoldExit::Wait(reason) => {
+                if self.last_wait_reason != Some(reason) {
+                    tracing::info!(?authority, reason, "staying in the hold");
+                    self.last_wait_reason = Some(reason);
+                }
+            }
+            other => {
+                self.last_wait_reason = None;
+                tracing::info!(?authority, decision = ?other, "leaving the hold");
+            }
+        }
+        Ok(exit)
+    }
+
+    /// Carry out a hold decision; returns the new live role if it changed.
+    async fn act_on_hold_exit(&mut self, exit: &HoldExit) -> Result<Option<LiveRole>> {
+        let node = self.node.clone();
+        let Some(local) = self.local.as_ref() else {
+            return Ok(None);
+        };
+        match exit {
+            HoldExit::ReplicaOf(master) => {
+                local
+                    .replicaof(&master.host, master.port)
+                    .await
+                    .map_err(SidecarError::valkey(format!("REPLICAOF {master}")))?;
+                Ok(Some(LiveRole::ReplicaOf(master.clone())))
+            }
+            HoldExit::PromoteSelf => {
+                local
+                    .replicaof_no_one()
+                    .await
+                    .map_err(SidecarError::valkey("REPLICAOF NO ONE"))?;
+                Ok(Some(LiveRole::Master))
+            }
+            HoldExit::RequestFailover => {
+                let due = self
+                    .last_failover_request
+                    .is_none_or(|t| t.elapsed() >= FAILOVER_REQUEST_INTERVAL);
+                if let (true, Some(name)) = (due, node.topology.monitor.as_ref()) {
+                    self.last_failover_request = Some(Instant::now());
+                    request_failover(&node, name).await;
+                }
+                Ok(None)
+            }
+            HoldExit::Wait(_) => Ok(None),
+        }
+    }
+}
+
+/// `SENTINEL FAILOVER` on the first Sentinel that accepts.
+async fn request_failover(node: &Node, name: &str) {
+    for sentinel in node.topology.sentinels().await {
+        let result = async {
+            let client = node.dialer.sentinel(&sentinel).await?;
+            let r = client
+                .failover(name)
+                .await
+                .map_err(SidecarError::valkey(format!(
+                    "SENTINEL FAILOVER on {sentinel}"
+                )));
+            client.close().await;
+            r
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                tracing::info!(%sentinel, "SENTINEL FAILOVER requested: this pod restarted in the hold while replicas hold data");
+                return;
+            }
+            Err(e) => tracing::warn!(%sentinel, error = %e, "SENTINEL FAILOVER refused"),
+        }
+    }
+}
+
+/// What `/drain` and SIGTERM report.
+#[derive(Debug, Clone)]
+pub struct DrainReport {
+    pub ok: bool,
+    pub message: String,
+}
+
+/// State shared by the loop, the health server and the signal handler.
+pub struct Shared {
+    pub node: Arc<Node>,
+    pub settings: HandoverSettings,
+    ready: AtomicBool,
+    terminating: AtomicBool,
+    drain: OnceCell<DrainReport>,
+}
+
+impl Shared {
+    pub fn new(node: Arc<Node>, settings: HandoverSettings) -> Arc<Shared> {
+        Arc::new(Shared {
+            node,
+            settings,
+            ready: AtomicBool::new(false),
+            terminating: AtomicBool::new(false),
+            drain: OnceCell::new(),
+        })
+    }
+
+    pub fn mark_terminating(&self) {
+        self.terminating.store(true, Ordering::SeqCst);
+    }
+
+    /// The handover, run once however many times SIGTERM and `/drain` ask for it.
+    pub async fn drain(&self) -> DrainReport {
+        self.drain
+            .get_or_init(|| async {
+                let started = Instant::now();
+                let report = match handover(&self.node, &self.settings).await {
+                    Ok(HandoverOutcome::HandedOver {
+                        new_master,
+                        write_pause,
+                    }) => DrainReport {
+                        ok: true,
+                        message: format!(
+                            "handed over to {new_master}; writes paused {} ms",
+                            write_pause.as_millis()
+                        ),
+                    },
+                    Ok(HandoverOutcome::NotMaster) => DrainReport {
+                        ok: true,
+                        message: "not master; nothing to hand over".into(),
+                    },
+                    Ok(HandoverOutcome::NoReplica) => DrainReport {
+                        ok: true,
+                        message: "master without an online replica; nothing to hand over to".into(),
+                    },
+                    Err(e) => DrainReport {
+                        ok: false,
+                        message: format!("{} ({})", e, e.reason()),
+                    },
+                };
+                tracing::info!(
+                    ok = report.ok,
+                    message = report.message,
+                    elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "drain finished"
+                );
+                report
+            })
+            .await
+            .clone()
+    }
+
+    /// ADR 0004: `/drain` is reachable by every pod of the namespace, so it acts only once this
+    /// pod is really going away: this process got SIGTERM, or the pod has a deletionTimestamp.
+    async fn may_drain(&self) -> bool {
+        if self.terminating.load(Ordering::SeqCst) {
+            return true;
+        }
+        match self.node.pods.is_terminating(&self.node.my_pod).await {
+            Ok(true) => return true,
+            Ok(false) => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot ask the API whether this pod is terminating")
+            }
+        }
+        // API unreachable: the kubelet sends SIGTERM to this container right after starting the
+        // valkey container's preStop hook, so wait a moment for it.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.terminating.load(Ordering::SeqCst) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+async fn healthz() -> &'static str {
+    "alive"
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "local server not reachable",
+        )
+    }
+}
+
+async fn drain_handler(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    if !shared.may_drain().await {
+        tracing::warn!("/drain refused: this pod is not terminating");
+        return (StatusCode::CONFLICT, "not terminating\n".into());
+    }
+    let report = shared.drain().await;
+    let status = if report.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    (status, format!("{}\n", report.message))
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/drain", get(drain_handler))
+        .with_state(shared)
+}
+
+/// The loop, forever.
+pub async fn keep(shared: Arc<Shared>) {
+    let mut keeper = Keeper::new(shared.node.clone());
+    let mut last_error: Option<String> = None;
+    loop {
+        match keeper.tick().await {
+            Ok(_) => {
+                shared.ready.store(true, Ordering::SeqCst);
+                last_error = None;
+            }
+            Err(e) => {
+                shared.ready.store(false, Ordering::SeqCst);
+                let text = e.to_string();
+                if last_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(error = %e, reason = e.reason(), "loop pass failed");
+                    last_error = Some(text);
+                }
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// `vko-sidecar run`: serve health and `/drain`, keep the pod true, and on SIGTERM hand the
+/// master role over and exit.
+pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
+    let addr = SocketAddr::from(([0, 0, 0, 0], health_port));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| SidecarError::Config(format!("bind health port {addr}: {e}")))?;
+    tracing::info!(%addr, pod = shared.node.my_pod, me = %shared.node.me(), "sidecar running");
+    let server = tokio::spawn(axum::serve(listener, router(shared.clone())).into_future());
+    let keeper = tokio::spawn(keep(shared.clone()));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| SidecarError::Config(format!("SIGTERM handler: {e}")))?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+    }
+    shared.mark_terminating();
+    let report = shared.drain().await;
+    // Let a `/drain` that is waiting for the same handover get its answer.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    keeper.abort();
+    server.abort();
+    tracing::info!(ok = report.ok, message = report.message, "sidecar exiting");
+    Ok(())
+}

@@ -1,0 +1,477 @@
+//! Who is out there: the data pods and Sentinels of this cluster (found by DNS in a pod, or given
+//! explicitly in tests), how to dial them, and what they report.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::future::join_all;
+use vko_valkey::parse::ReplicationRole;
+use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+
+use crate::conf::HOLD_HOST;
+use crate::error::{Result, SidecarError};
+
+/// A Valkey or Sentinel instance as it is announced (host name and port). Identity is compared
+/// on both: in a pod the host differs per instance, in tests the port does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn new(host: impl Into<String>, port: u16) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// TLS client material, re-read on every dial so a rotated Secret is picked up.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// How to connect: password, TLS, timeouts.
+#[derive(Debug, Clone)]
+pub struct Dialer {
+    pub password: Option<String>,
+    pub tls: Option<TlsFiles>,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+impl Dialer {
+    pub fn new(password: Option<String>, tls: Option<TlsFiles>) -> Dialer {
+        Dialer {
+            password,
+            tls,
+            connect_timeout: Duration::from_millis(1500),
+            command_timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn options(&self, dial: &Endpoint, tls_name: &str, password: bool) -> Result<ConnectOptions> {
+        let mut opts = ConnectOptions::new(dial.host.clone(), dial.port);
+        opts.connect_timeout = self.connect_timeout;
+        opts.command_timeout = self.command_timeout;
+        if password {
+            opts.password.clone_from(&self.password);
+        }
+        if let Some(files) = &self.tls {
+            let read = |p: &PathBuf| std::fs::read(p).map_err(SidecarError::file(p));
+            opts.tls = Some(TlsOptions {
+                ca_pem: read(&files.ca)?,
+                client_cert_pem: files.cert.as_ref().map(read).transpose()?,
+                client_key_pem: files.key.as_ref().map(read).transpose()?,
+                server_name: Some(tls_name.to_owned()),
+            });
+        }
+        Ok(opts)
+    }
+
+    /// A valkey-server at its announced address.
+    pub async fn valkey(&self, ep: &Endpoint) -> Result<ValkeyClient> {
+        self.valkey_via(ep, &ep.host).await
+    }
+
+    /// A valkey-server dialled at `dial`, its certificate verified against `tls_name` (the pod's
+    /// own server through 127.0.0.1).
+    pub async fn valkey_via(&self, dial: &Endpoint, tls_name: &str) -> Result<ValkeyClient> {
+        let opts = self.options(dial, tls_name, true)?;
+        ValkeyClient::connect(&opts)
+            .await
+            .map_err(SidecarError::valkey(format!("connect to {dial}")))
+    }
+
+    /// A Sentinel. With the password first; a Sentinel whose own auth is disabled refuses AUTH
+    /// ("called without any password configured"), so then without.
+    pub async fn sentinel(&self, ep: &Endpoint) -> Result<SentinelClient> {
+        let opts = self.options(ep, &ep.host, true)?;
+        match SentinelClient::connect(&opts).await {
+            Ok(client) => Ok(client),
+            Err(e) if self.password.is_some() && refused_auth(&e) => {
+                let opts = self.options(ep, &ep.host, false)?;
+                SentinelClient::connect(&opts)
+                    .await
+                    .map_err(SidecarError::valkey(format!("connect to sentinel {ep}")))
+            }
+            Err(e) => Err(SidecarError::valkey(format!("connect to sentinel {ep}"))(e)),
+        }
+    }
+}
+
+fn refused_auth(e: &vko_valkey::Error) -> bool {
+    e.reason() == "AuthFailed" || e.to_string().contains("without any password configured")
+}
+
+/// Where the cluster's pods are found in a real pod: stable DNS names through the headless
+/// Services (`<cluster>-<i>.<headless>.<ns>.svc.<domain>`).
+#[derive(Debug, Clone)]
+pub struct DnsNames {
+    pub cluster: String,
+    pub headless_service: String,
+    pub sentinel_service: Option<String>,
+    pub namespace: String,
+    pub cluster_domain: String,
+    pub valkey_port: u16,
+    pub sentinel_port: u16,
+}
+
+impl DnsNames {
+    fn service_suffix(&self, service: &str) -> String {
+        format!(".{service}.{}.svc.{}", self.namespace, self.cluster_domain)
+    }
+
+    pub fn data_pod_fqdn(&self, pod: &str) -> String {
+        format!("{pod}{}", self.service_suffix(&self.headless_service))
+    }
+
+    pub fn sentinel_pod_fqdn(&self, pod: &str) -> Option<String> {
+        let service = self.sentinel_service.as_ref()?;
+        Some(format!("{pod}{}", self.service_suffix(service)))
+    }
+}
+
+/// How peers are found.
+#[derive(Debug, Clone)]
+pub enum Discovery {
+    Dns(DnsNames),
+    /// Fixed lists (tests: processes on 127.0.0.1). Pod names are `pod-<port>`.
+    Static {
+        peers: Vec<Endpoint>,
+        sentinels: Vec<Endpoint>,
+    },
+}
+
+/// Ordinals probed per round; scanning stops after a round in which none resolved (the hosts
+/// file / DNS holds only pods that exist, and ordinals are dense apart from short gaps).
+const SCAN_BATCH: u32 = 8;
+const SCAN_MAX: u32 = 256;
+
+async fn resolves(host: &str) -> bool {
+    match tokio::time::timeout(Duration::from_secs(1), tokio::net::lookup_host((host, 0))).await {
+        Ok(Ok(mut addrs)) => addrs.next().is_some(),
+        _ => false,
+    }
+}
+
+async fn scan(names: impl Fn(u32) -> String, port: u16) -> Vec<Endpoint> {
+    let mut found = Vec::new();
+    let mut start = 0;
+    while start < SCAN_MAX {
+        let batch: Vec<String> = (start..start + SCAN_BATCH).map(&names).collect();
+        let hits = join_all(batch.iter().map(|h| resolves(h))).await;
+        let mut any = false;
+        for (host, hit) in batch.into_iter().zip(hits) {
+            if hit {
+                any = true;
+                found.push(Endpoint::new(host, port));
+            }
+        }
+        if !any {
+            break;
+        }
+        start += SCAN_BATCH;
+    }
+    found
+}
+
+/// The Sentinels that exist now (by DNS: `<cluster>-sentinel-<i>.<sentinel-service>...`).
+pub async fn sentinels_of(discovery: &Discovery) -> Vec<Endpoint> {
+    match discovery {
+        Discovery::Static { sentinels, .. } => sentinels.clone(),
+        Discovery::Dns(names) => match &names.sentinel_service {
+            None => Vec::new(),
+            Some(_) => {
+                scan(
+                    |i| {
+                        names
+                            .sentinel_pod_fqdn(&format!("{}-sentinel-{i}", names.cluster))
+                            .unwrap_or_default()
+                    },
+                    names.sentinel_port,
+                )
+                .await
+            }
+        },
+    }
+}
+
+/// This pod's place in the cluster.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// This server as announced (`replica-announce-ip`/`-port`).
+    pub me: Endpoint,
+    /// Where this pod's own server is dialled (127.0.0.1 in a pod).
+    pub local: Endpoint,
+    /// Sentinel's monitor name; `None` without Sentinel.
+    pub monitor: Option<String>,
+    pub discovery: Discovery,
+    /// The replica config template (the operator's recorded master without Sentinel).
+    pub replica_config: PathBuf,
+}
+
+impl Topology {
+    pub fn sentinel_enabled(&self) -> bool {
+        self.monitor.is_some()
+    }
+
+    /// The other data pods that exist now.
+    pub async fn peers(&self) -> Vec<Endpoint> {
+        let all = match &self.discovery {
+            Discovery::Static { peers, .. } => peers.clone(),
+            Discovery::Dns(names) => {
+                scan(
+                    |i| names.data_pod_fqdn(&format!("{}-{i}", names.cluster)),
+                    names.valkey_port,
+                )
+                .await
+            }
+        };
+        all.into_iter().filter(|ep| *ep != self.me).collect()
+    }
+
+    /// The Sentinels that exist now.
+    pub async fn sentinels(&self) -> Vec<Endpoint> {
+        sentinels_of(&self.discovery).await
+    }
+
+    /// The pod behind an announced endpoint (for label patches), if it is one of ours.
+    pub fn pod_of(&self, ep: &Endpoint) -> Option<String> {
+        match &self.discovery {
+            Discovery::Static { .. } => Some(format!("pod-{}", ep.port)),
+            Discovery::Dns(names) => {
+                let suffix = names.service_suffix(&names.headless_service);
+                let pod = ep.host.strip_suffix(&suffix)?;
+                (!pod.is_empty() && !pod.contains('.')).then(|| pod.to_owned())
+            }
+        }
+    }
+}
+
+/// What one data pod reports about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerReport {
+    pub endpoint: Endpoint,
+    pub role: ReplicationRole,
+    /// The master it replicates from (replicas only).
+    pub upstream: Option<Endpoint>,
+    pub master_repl_offset: i64,
+    pub keys: u64,
+}
+
+impl PeerReport {
+    /// ADR 0005: a peer holds data when it has replicated anything or has keys.
+    pub fn holds_data(&self) -> bool {
+        self.master_repl_offset > 0 || self.keys > 0
+    }
+
+    pub fn is_master(&self) -> bool {
+        self.role == ReplicationRole::Master
+    }
+
+    pub fn in_hold(&self) -> bool {
+        self.upstream.as_ref().is_some_and(|u| u.host == HOLD_HOST)
+    }
+}
+
+/// A peer answered, or did not (then it proves nothing either way).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerEvidence {
+    Answered(PeerReport),
+    Unreachable(Endpoint),
+}
+
+impl PeerEvidence {
+    pub fn endpoint(&self) -> &Endpoint {
+        match self {
+            PeerEvidence::Answered(r) => &r.endpoint,
+            PeerEvidence::Unreachable(ep) => ep,
+        }
+    }
+}
+
+/// `INFO replication` + `DBSIZE` of a client already connected.
+pub async fn report_of(client: &ValkeyClient, endpoint: &Endpoint) -> Result<PeerReport> {
+    let info = client
+        .info_replication()
+        .await
+        .map_err(SidecarError::valkey(format!(
+            "INFO replication on {endpoint}"
+        )))?;
+    let keys = client
+        .dbsize()
+        .await
+        .map_err(SidecarError::valkey(format!("DBSIZE on {endpoint}")))?;
+    Ok(PeerReport {
+        endpoint: endpoint.clone(),
+        role: info.role,
+        upstream: info
+            .upstream
+            .as_ref()
+            .map(|u| Endpoint::new(u.master_host.clone(), u.master_port)),
+        master_repl_offset: info.master_repl_offset,
+        keys,
+    })
+}
+
+/// Ask one peer, with the dialer's short timeouts.
+pub async fn probe(dialer: &Dialer, ep: &Endpoint) -> PeerEvidence {
+    let answer = async {
+        let client = dialer.valkey(ep).await?;
+        let report = report_of(&client, ep).await;
+        client.close().await;
+        report
+    };
+    match answer.await {
+        Ok(report) => PeerEvidence::Answered(report),
+        Err(e) => {
+            tracing::debug!(peer = %ep, error = %e, "peer did not answer");
+            PeerEvidence::Unreachable(ep.clone())
+        }
+    }
+}
+
+pub async fn probe_all(dialer: &Dialer, peers: &[Endpoint]) -> Vec<PeerEvidence> {
+    join_all(peers.iter().map(|ep| probe(dialer, ep))).await
+}
+
+/// One Sentinel's view of the master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelAnswer {
+    pub sentinel: Endpoint,
+    pub master: Endpoint,
+    /// This Sentinel plus the peers it knows.
+    pub known_sentinels: u32,
+    pub config_epoch: u64,
+}
+
+async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<SentinelAnswer> {
+    let answer = async {
+        let client = dialer.sentinel(sentinel).await?;
+        let master = client
+            .master(name)
+            .await
+            .map_err(SidecarError::valkey(format!(
+                "SENTINEL MASTER on {sentinel}"
+            )));
+        client.close().await;
+        master
+    };
+    match answer.await {
+        Ok(m) => Some(SentinelAnswer {
+            sentinel: sentinel.clone(),
+            master: Endpoint::new(m.host, m.port),
+            known_sentinels: m.num_other_sentinels + 1,
+            config_epoch: m.config_epoch.unwrap_or(0),
+        }),
+        Err(e) => {
+            tracing::debug!(%sentinel, error = %e, "sentinel did not answer");
+            None
+        }
+    }
+}
+
+/// `SENTINEL MASTER <name>` on every Sentinel, concurrently.
+pub async fn ask_sentinels(
+    dialer: &Dialer,
+    sentinels: &[Endpoint],
+    name: &str,
+) -> Vec<Option<SentinelAnswer>> {
+    join_all(sentinels.iter().map(|s| ask_one(dialer, s, name))).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn pod_names_come_from_the_headless_fqdn() {
+        let names = DnsNames {
+            cluster: "vk".into(),
+            headless_service: "vk-headless".into(),
+            sentinel_service: Some("vk-sentinel-headless".into()),
+            namespace: "ns".into(),
+            cluster_domain: "cluster.local".into(),
+            valkey_port: 6379,
+            sentinel_port: 26379,
+        };
+        assert_eq!(
+            names.data_pod_fqdn("vk-1"),
+            "vk-1.vk-headless.ns.svc.cluster.local"
+        );
+        assert_eq!(
+            names.sentinel_pod_fqdn("vk-sentinel-0").as_deref(),
+            Some("vk-sentinel-0.vk-sentinel-headless.ns.svc.cluster.local")
+        );
+        let topo = Topology {
+            me: Endpoint::new(names.data_pod_fqdn("vk-0"), 6379),
+            local: Endpoint::new("127.0.0.1", 6379),
+            monitor: Some("vk".into()),
+            discovery: Discovery::Dns(names),
+            replica_config: PathBuf::from("/nonexistent"),
+        };
+        assert_eq!(
+            topo.pod_of(&Endpoint::new(
+                "vk-2.vk-headless.ns.svc.cluster.local",
+                6379
+            ))
+            .as_deref(),
+            Some("vk-2")
+        );
+        assert_eq!(topo.pod_of(&Endpoint::new("other.example", 6379)), None);
+        assert_eq!(
+            topo.pod_of(&Endpoint::new("a.b.vk-headless.ns.svc.cluster.local", 6379)),
+            None
+        );
+    }
+
+    #[test]
+    fn holding_data_means_replicated_or_keys() {
+        let report = |offset, keys| PeerReport {
+            endpoint: Endpoint::new("p", 1),
+            role: ReplicationRole::Replica,
+            upstream: Some(Endpoint::new(HOLD_HOST, 1)),
+            master_repl_offset: offset,
+            keys,
+        };
+        assert!(!report(0, 0).holds_data());
+        assert!(report(14, 0).holds_data());
+        assert!(report(0, 3).holds_data());
+        assert!(report(0, 0).in_hold());
+    }
+
+    #[tokio::test]
+    async fn unresolvable_names_are_not_peers() {
+        let names = DnsNames {
+            cluster: "vk".into(),
+            headless_service: "vk-headless".into(),
+            sentinel_service: None,
+            namespace: "ns".into(),
+            cluster_domain: "cluster.invalid".into(),
+            valkey_port: 6379,
+            sentinel_port: 26379,
+        };
+        let topo = Topology {
+            me: Endpoint::new(names.data_pod_fqdn("vk-0"), 6379),
+            local: Endpoint::new("127.0.0.1", 6379),
+            monitor: None,
+            discovery: Discovery::Dns(names),
+            replica_config: PathBuf::from("/nonexistent"),
+        };
+        assert!(topo.peers().await.is_empty());
+        assert!(topo.sentinels().await.is_empty());
+    }
+}
