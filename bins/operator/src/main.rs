@@ -1,5 +1,306 @@
-//! vko operator.
+//! vko operator: a kube-runtime Controller over `Valkey` resources.
 
-fn main() -> anyhow::Result<()> {
+mod apply;
+mod controller;
+mod dataplane;
+mod error;
+mod leader;
+mod metrics;
+mod status;
+mod stores;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::{Parser, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
+use crate::metrics::Metrics;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Command line; every flag can also be set through its environment variable.
+#[derive(Debug, Parser)]
+#[command(
+    name = "vko-operator",
+    version,
+    about = "Kubernetes operator for Valkey"
+)]
+struct Args {
+    /// Image of the sidecar and init containers the operator puts into data pods.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = "vko.local/vko:dev")]
+    operator_image: String,
+    /// Cluster DNS domain of pod and Service host names.
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = vko_render::DEFAULT_CLUSTER_DOMAIN)]
+    cluster_domain: String,
+    /// Reconcile passes that may run at once (never two for the same resource).
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
+    max_concurrent_reconciles: u16,
+    /// Address of /metrics; `0` disables it.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
+    metrics_bind_address: String,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_BIND_ADDRESS", default_value = ":8081")]
+    health_bind_address: String,
+    /// Run only while holding the Lease `vko-operator-leader`.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    log_format: LogFormat,
+}
+
+/// `:8080` means every interface; `0` means disabled.
+fn parse_bind(address: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if address == "0" || address.is_empty() {
+        return Ok(None);
+    }
+    let full = if address.starts_with(':') {
+        format!("0.0.0.0{address}")
+    } else {
+        address.to_owned()
+    };
+    full.parse()
+        .map(Some)
+        .with_context(|| format!("bind address {address:?} is not host:port or :port"))
+}
+
+#[derive(Clone)]
+struct HttpState {
+    ready: Arc<AtomicBool>,
+    metrics: Arc<OnceLock<Arc<Metrics>>>,
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    let encoded = match state.metrics.get() {
+        Some(metrics) => metrics.encode(),
+        None => Metrics::new(None, OPERATOR_VERSION).encode(),
+    };
+    match encoded {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn serve(
+    address: SocketAddr,
+    router: Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    tracing::info!(%address, "serving HTTP");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+        .context("HTTP server")
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}
+
+/// Whether a CRD group is served (cert-manager, Prometheus-Operator).
+async fn group_present(client: &kube::Client, group: &str) -> bool {
+    kube::discovery::group(client, group).await.is_ok()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    vko_valkey::install_default_crypto_provider();
+
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_signal(shutdown.clone()));
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let metrics_slot: Arc<OnceLock<Arc<Metrics>>> = Arc::new(OnceLock::new());
+    let state = HttpState {
+        ready: ready.clone(),
+        metrics: metrics_slot.clone(),
+    };
+    let mut servers = Vec::new();
+    if let Some(address) = parse_bind(&args.health_bind_address)? {
+        let router = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .with_state(state.clone());
+        servers.push(tokio::spawn(serve(address, router, shutdown.clone())));
+    }
+    if let Some(address) = parse_bind(&args.metrics_bind_address)? {
+        let router = Router::new()
+            .route("/metrics", get(metrics))
+            .with_state(state.clone());
+        servers.push(tokio::spawn(serve(address, router, shutdown.clone())));
+    }
+
+    let pod_name = std::env::var("POD_NAME").ok();
+    let identity = pod_name.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "vko-operator".into()),
+            std::process::id()
+        )
+    });
+    let elector = if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let elector = leader::Elector::new(client.clone(), &namespace, identity.clone());
+        tracing::info!(%namespace, %identity, "waiting for leadership");
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+        tracing::info!(%identity, "leading");
+        let lost = shutdown.clone();
+        let holder = elector.clone();
+        tokio::spawn(async move {
+            holder.hold().await;
+            if !lost.is_cancelled() {
+                tracing::error!("lost the leader Lease; stopping");
+                lost.cancel();
+            }
+        });
+        Some(elector)
+    } else {
+        None
+    };
+
+    let config = OperatorConfig {
+        operator_image: args.operator_image,
+        cluster_domain: args.cluster_domain,
+        cert_manager_present: group_present(&client, "cert-manager.io").await,
+        prometheus_operator_present: group_present(&client, "monitoring.coreos.com").await,
+    };
+    tracing::info!(
+        version = OPERATOR_VERSION,
+        ?config,
+        "starting the controller"
+    );
+    let ready_flag = ready.clone();
+    controller::run(
+        client,
+        metrics_slot,
+        RunOptions {
+            config,
+            concurrency: args.max_concurrent_reconciles,
+            reporter_instance: Some(identity),
+            on_ready: Box::new(move || ready_flag.store(true, Ordering::SeqCst)),
+            shutdown: shutdown.clone(),
+        },
+    )
+    .await;
+    ready.store(false, Ordering::SeqCst);
+    shutdown.cancel();
+    if let Some(elector) = elector {
+        elector.release().await;
+    }
+    for server in servers {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "HTTP server failed"),
+            Err(error) => tracing::warn!(%error, "HTTP server task failed"),
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_accept_port_only_and_zero_disables() {
+        assert_eq!(
+            parse_bind(":8080").unwrap(),
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind("127.0.0.1:9").unwrap(),
+            Some("127.0.0.1:9".parse().unwrap())
+        );
+        assert_eq!(parse_bind("0").unwrap(), None);
+        assert!(parse_bind("nope").is_err());
+    }
+
+    #[test]
+    fn flags_have_the_documented_defaults() {
+        let args = Args::parse_from(["vko-operator"]);
+        assert_eq!(args.operator_image, "vko.local/vko:dev");
+        assert_eq!(args.cluster_domain, "cluster.local");
+        assert_eq!(args.max_concurrent_reconciles, 4);
+        assert_eq!(args.metrics_bind_address, ":8080");
+        assert_eq!(args.health_bind_address, ":8081");
+        assert!(!args.leader_elect);
+        assert_eq!(args.log_format, LogFormat::Json);
+        let args = Args::parse_from(["vko-operator", "--leader-elect", "--log-format", "text"]);
+        assert!(args.leader_elect);
+        assert_eq!(args.log_format, LogFormat::Text);
+    }
 }

@@ -1,0 +1,249 @@
+//! The apply step: ownership first, then server-side apply with one field manager; objects that
+//! should no longer exist are deleted only when this `Valkey` controls them (UID precondition).
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::stores::{ManagedKind, ObservedMeta};
+
+/// The one field manager of every write.
+pub const FIELD_MANAGER: &str = "vko-operator";
+
+/// One rendered object, ready to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredObject {
+    pub kind: ManagedKind,
+    pub name: String,
+    pub body: Value,
+}
+
+impl DesiredObject {
+    /// Reads `apiVersion`, `kind` and `metadata.name` of a rendered object.
+    pub fn from_value(body: Value) -> Result<DesiredObject, Error> {
+        let api_version = body["apiVersion"].as_str().unwrap_or_default();
+        let kind_text = body["kind"].as_str().unwrap_or_default();
+        let kind = ManagedKind::of(api_version, kind_text).ok_or_else(|| {
+            Error::InvalidObject(format!("unknown kind {api_version}/{kind_text}"))
+        })?;
+        let name = body["metadata"]["name"]
+            .as_str()
+            .ok_or_else(|| Error::InvalidObject(format!("{kind_text} without metadata.name")))?
+            .to_owned();
+        Ok(DesiredObject { kind, name, body })
+    }
+
+    pub fn key(&self) -> (ManagedKind, String) {
+        (self.kind, self.name.clone())
+    }
+}
+
+/// Who holds a generated name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Nothing under that name (as far as the store knows).
+    Absent,
+    /// An object controlled by this `Valkey`.
+    Ours,
+    /// An object without a controller ownerReference to this `Valkey`'s UID.
+    Foreign,
+}
+
+/// Ownership of an observed object relative to the `Valkey` with `owner_uid`.
+pub fn ownership(observed: Option<&ObservedMeta>, owner_uid: &str) -> Ownership {
+    match observed {
+        None => Ownership::Absent,
+        Some(meta) if meta.controller_uid.as_deref() == Some(owner_uid) => Ownership::Ours,
+        Some(_) => Ownership::Foreign,
+    }
+}
+
+/// Objects this `Valkey` controls that are neither desired nor deliberately held back (`keep`):
+/// they are to be deleted.
+pub fn stale_objects(
+    observed: &[ObservedMeta],
+    desired: &BTreeSet<(ManagedKind, String)>,
+    keep: &BTreeSet<(ManagedKind, String)>,
+    owner_uid: &str,
+) -> Vec<ObservedMeta> {
+    observed
+        .iter()
+        .filter(|meta| meta.controller_uid.as_deref() == Some(owner_uid))
+        .filter(|meta| !meta.terminating)
+        .filter(|meta| {
+            let key = (meta.kind, meta.name.clone());
+            !desired.contains(&key) && !keep.contains(&key)
+        })
+        .cloned()
+        .collect()
+}
+
+/// What the apply step did.
+#[derive(Debug, Default)]
+pub struct ApplyReport {
+    pub applied: Vec<(ManagedKind, String)>,
+    pub deleted: Vec<(ManagedKind, String)>,
+    /// Generated names held by objects this `Valkey` does not control.
+    pub foreign: Vec<(ManagedKind, String)>,
+    pub errors: Vec<Error>,
+}
+
+fn dynamic_api(client: &kube::Client, namespace: &str, kind: ManagedKind) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &kind.api_resource())
+}
+
+/// Applies `desired` in order. `lookup` answers what the stores know under a name. Continues past
+/// failures; everything is in the report.
+pub async fn apply_objects(
+    client: &kube::Client,
+    namespace: &str,
+    owner_uid: &str,
+    desired: &[DesiredObject],
+    lookup: impl Fn(ManagedKind, &str) -> Option<ObservedMeta>,
+) -> ApplyReport {
+    let mut report = ApplyReport::default();
+    for object in desired {
+        let api = dynamic_api(client, namespace, object.kind);
+        let observed = match object.kind {
+            // Optional-CRD kinds have no store: one GET is the only way to see who holds the name.
+            ManagedKind::Certificate | ManagedKind::ServiceMonitor => {
+                match api.get_opt(&object.name).await {
+                    Ok(found) => {
+                        found.map(|found| ObservedMeta::from_meta(object.kind, &found.metadata))
+                    }
+                    Err(error) => {
+                        report.errors.push(Error::from_write(
+                            object.kind.name(),
+                            &object.name,
+                            &error,
+                        ));
+                        continue;
+                    }
+                }
+            }
+            _ => lookup(object.kind, &object.name),
+        };
+        let params = match ownership(observed.as_ref(), owner_uid) {
+            Ownership::Foreign => {
+                report.foreign.push(object.key());
+                report.errors.push(Error::ForeignObject {
+                    kind: object.kind.name().to_owned(),
+                    name: object.name.clone(),
+                });
+                continue;
+            }
+            // Force only over our own fields' other managers; never to take over a new name.
+            Ownership::Ours => PatchParams::apply(FIELD_MANAGER).force(),
+            Ownership::Absent => PatchParams::apply(FIELD_MANAGER),
+        };
+        match api
+            .patch(&object.name, &params, &Patch::Apply(&object.body))
+            .await
+        {
+            Ok(_) => report.applied.push(object.key()),
+            Err(error) => {
+                tracing::warn!(kind = object.kind.name(), name = %object.name, %error, "apply failed");
+                report
+                    .errors
+                    .push(Error::from_write(object.kind.name(), &object.name, &error));
+            }
+        }
+    }
+    report
+}
+
+/// Deletes `stale` objects, each with a UID precondition so a replacement under the same name
+/// (possibly someone else's) is never hit.
+pub async fn delete_objects(
+    client: &kube::Client,
+    namespace: &str,
+    stale: &[ObservedMeta],
+    report: &mut ApplyReport,
+) {
+    for meta in stale {
+        let Some(uid) = meta.uid.clone() else {
+            continue;
+        };
+        let api = dynamic_api(client, namespace, meta.kind);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&meta.name, &params).await {
+            Ok(_) => report.deleted.push((meta.kind, meta.name.clone())),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => {
+                report
+                    .errors
+                    .push(Error::from_write(meta.kind.name(), &meta.name, &error))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kind: ManagedKind, name: &str, controller: Option<&str>) -> ObservedMeta {
+        ObservedMeta {
+            kind,
+            name: name.into(),
+            uid: Some(format!("uid-{name}")),
+            controller_uid: controller.map(str::to_owned),
+            terminating: false,
+        }
+    }
+
+    #[test]
+    fn only_a_controller_reference_to_this_uid_makes_an_object_ours() {
+        assert_eq!(ownership(None, "me"), Ownership::Absent);
+        let ours = meta(ManagedKind::ConfigMap, "a-config", Some("me"));
+        assert_eq!(ownership(Some(&ours), "me"), Ownership::Ours);
+        let unowned = meta(ManagedKind::ConfigMap, "a-config", None);
+        assert_eq!(ownership(Some(&unowned), "me"), Ownership::Foreign);
+        // A former Valkey of the same name (other UID) does not make it ours either.
+        let other = meta(ManagedKind::ConfigMap, "a-config", Some("previous"));
+        assert_eq!(ownership(Some(&other), "me"), Ownership::Foreign);
+    }
+
+    #[test]
+    fn stale_objects_are_ours_undesired_and_not_held_back() {
+        let observed = vec![
+            meta(ManagedKind::Service, "a-rw", Some("me")),
+            meta(ManagedKind::Service, "a-r", Some("me")),
+            meta(ManagedKind::Service, "a-all", None),
+            meta(ManagedKind::PodDisruptionBudget, "a", Some("other")),
+            meta(ManagedKind::StatefulSet, "a", Some("me")),
+            ObservedMeta {
+                terminating: true,
+                ..meta(ManagedKind::ConfigMap, "a-replica-config", Some("me"))
+            },
+        ];
+        let desired = BTreeSet::from([(ManagedKind::Service, "a-rw".to_owned())]);
+        let keep = BTreeSet::from([(ManagedKind::StatefulSet, "a".to_owned())]);
+        let stale = stale_objects(&observed, &desired, &keep, "me");
+        let names: Vec<_> = stale.iter().map(|m| (m.kind, m.name.as_str())).collect();
+        assert_eq!(names, vec![(ManagedKind::Service, "a-r")]);
+    }
+
+    #[test]
+    fn desired_objects_are_read_from_rendered_json() {
+        let object = DesiredObject::from_value(serde_json::json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "a"}
+        }))
+        .unwrap();
+        assert_eq!(object.key(), (ManagedKind::PodDisruptionBudget, "a".into()));
+        assert!(
+            DesiredObject::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "x"}}))
+            .is_err()
+        );
+    }
+}

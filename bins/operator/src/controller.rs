@@ -1,0 +1,758 @@
+//! The Controller over `Valkey` and its reconcile pass: a fixed pipeline of named steps,
+//! observe → render → apply → data plane → status. A failed step is reported and the pass goes on.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, Recorder};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use vko_api::consts::labels;
+use vko_api::{Valkey, ValkeyStatus};
+use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_valkey::TlsOptions;
+
+use crate::apply::{self, DesiredObject, FIELD_MANAGER};
+use crate::dataplane::{self, DialConfig, MasterDecision, PodProbe};
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
+use crate::stores::{ManagedKind, Stores};
+
+/// Version written to `status.operatorVersion` and every object's annotation.
+pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Settings of the whole operator.
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    pub operator_image: String,
+    pub cluster_domain: String,
+    pub cert_manager_present: bool,
+    pub prometheus_operator_present: bool,
+}
+
+/// What every pass shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub stores: Stores,
+    pub recorder: Recorder,
+    pub config: OperatorConfig,
+    pub metrics: Arc<Metrics>,
+    /// Consecutive failures per resource, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        stores: Stores,
+        recorder: Recorder,
+        config: OperatorConfig,
+        metrics: Arc<Metrics>,
+    ) -> Context {
+        Context {
+            client,
+            stores,
+            recorder,
+            config,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Requeue delay after `failures` consecutive failed passes: 5 s doubling to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let seconds = 5u64.saturating_mul(1u64 << failures.saturating_sub(1).min(6));
+    Duration::from_secs(seconds.min(300))
+}
+
+/// The Secrets one `Valkey` references, as observed.
+#[derive(Default)]
+struct SecretView {
+    password: Option<String>,
+    auth_missing: bool,
+    tls_hash: Option<String>,
+    sentinel_tls_hash: Option<String>,
+    tls: Option<TlsOptions>,
+    problems: Vec<Error>,
+}
+
+fn secret_key<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .map(|bytes| bytes.0.as_slice())
+}
+
+/// Step 1b: reads the auth and TLS Secrets from the store.
+fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<SecretView, Error> {
+    let spec = &valkey.spec;
+    let mut view = SecretView::default();
+    if let Some(name) = spec.auth_secret_name() {
+        let key = spec.auth_password_key();
+        match stores.secret(namespace, name) {
+            None => {
+                view.auth_missing = true;
+                view.problems.push(Error::SecretMissing {
+                    what: "auth",
+                    name: name.to_owned(),
+                    problem: format!(
+                        "does not exist in namespace {namespace} (spec.auth.secretName)"
+                    ),
+                });
+            }
+            Some(secret) => match secret_key(&secret, key) {
+                Some(bytes) => view.password = Some(String::from_utf8_lossy(bytes).into_owned()),
+                None => {
+                    view.auth_missing = true;
+                    view.problems.push(Error::SecretMissing {
+                        what: "auth",
+                        name: name.to_owned(),
+                        problem: format!("has no key {key:?} (spec.auth.secretPasswordKey)"),
+                    });
+                }
+            },
+        }
+    }
+    if let Some(secrets) = vko_render::tls_secrets(valkey)? {
+        let fingerprint = |name: &str| -> Option<(String, Arc<Secret>)> {
+            let secret = stores.secret(namespace, name)?;
+            let cert = secret_key(&secret, "tls.crt")?;
+            let key = secret_key(&secret, "tls.key")?;
+            let ca = secret_key(&secret, "ca.crt").unwrap_or_default();
+            Some((
+                vko_render::tls_material_fingerprint(cert, key, ca),
+                secret.clone(),
+            ))
+        };
+        let user_provided = spec.tls_secret_name().is_some();
+        let mut missing = |name: &str| {
+            view.problems.push(Error::SecretMissing {
+                what: "TLS",
+                name: name.to_owned(),
+                problem: if user_provided {
+                    format!("does not exist in namespace {namespace} or lacks tls.crt/tls.key (spec.tls.secretName)")
+                } else {
+                    format!("is not issued yet by cert-manager in namespace {namespace}")
+                },
+            });
+        };
+        match fingerprint(&secrets.data) {
+            Some((hash, secret)) => {
+                view.tls_hash = Some(hash);
+                view.tls = Some(TlsOptions {
+                    ca_pem: secret_key(&secret, "ca.crt").unwrap_or_default().to_vec(),
+                    client_cert_pem: secret_key(&secret, "tls.crt").map(<[u8]>::to_vec),
+                    client_key_pem: secret_key(&secret, "tls.key").map(<[u8]>::to_vec),
+                    server_name: None,
+                });
+            }
+            None => missing(&secrets.data),
+        }
+        if let Some(sentinel) = &secrets.sentinel {
+            match fingerprint(sentinel) {
+                Some((hash, _)) => view.sentinel_tls_hash = Some(hash),
+                None => missing(sentinel),
+            }
+        }
+    }
+    Ok(view)
+}
+
+/// Step 3 helper: the rendered objects to apply and the names held back on purpose.
+fn desired_objects(
+    rendered: &vko_render::Rendered,
+    hold_statefulsets: bool,
+) -> Result<(Vec<DesiredObject>, BTreeSet<(ManagedKind, String)>), Error> {
+    let mut keep: BTreeSet<(ManagedKind, String)> = rendered
+        .skipped
+        .iter()
+        .filter(|skipped| skipped.reason == SkipReason::TlsMaterialUnknown)
+        .map(|skipped| (ManagedKind::StatefulSet, skipped.name.clone()))
+        .collect();
+    let mut desired = Vec::new();
+    for value in rendered.objects()? {
+        let object = DesiredObject::from_value(value)?;
+        if hold_statefulsets && object.kind == ManagedKind::StatefulSet {
+            keep.insert(object.key());
+        } else {
+            desired.push(object);
+        }
+    }
+    Ok((desired, keep))
+}
+
+fn component_of(pod: &Pod) -> Option<&str> {
+    pod.labels().get(labels::COMPONENT).map(String::as_str)
+}
+
+/// The reconcile pass.
+pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconciles.inc();
+    let namespace = valkey
+        .namespace()
+        .ok_or(Error::MissingObjectField("metadata.namespace"))?;
+    let name = valkey.name_any();
+    let uid = valkey
+        .uid()
+        .ok_or(Error::MissingObjectField("metadata.uid"))?;
+    if valkey.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the children through their ownerReferences.
+        return Ok(Action::await_change());
+    }
+    let spec = &valkey.spec;
+    let replicas = u32::try_from(spec.replicas()).unwrap_or(0);
+    let mut problems: Vec<Error> = Vec::new();
+
+    // ---- observe ----
+    let secrets = observe_secrets(&valkey, &namespace, &ctx.stores)?;
+    problems.extend(secrets.problems);
+    let pods = ctx.stores.cluster_pods(&namespace, &name);
+    let data_pods: BTreeMap<u32, Arc<Pod>> = pods
+        .iter()
+        .filter(|pod| component_of(pod) == Some(labels::COMPONENT_VALKEY))
+        .filter_map(|pod| Some((dataplane::ordinal_of(&name, &pod.name_any())?, pod.clone())))
+        .collect();
+    let sentinel_pods: Vec<Arc<Pod>> = pods
+        .iter()
+        .filter(|pod| component_of(pod) == Some(labels::COMPONENT_SENTINEL))
+        .cloned()
+        .collect();
+    let recorded = valkey
+        .status
+        .as_ref()
+        .and_then(|status| status.master_pod.as_deref())
+        .and_then(|pod| dataplane::ordinal_of(&name, pod))
+        .filter(|ordinal| *ordinal < replicas);
+
+    // ---- render ----
+    let mut inputs = RenderInputs::new(&namespace, &ctx.config.operator_image, OPERATOR_VERSION);
+    inputs.cluster_domain = ctx.config.cluster_domain.clone();
+    inputs.owner = valkey.controller_owner_ref(&());
+    inputs.tls_material_hash = secrets.tls_hash.clone();
+    inputs.sentinel_tls_material_hash = secrets.sentinel_tls_hash.clone();
+    inputs.cert_manager_present = ctx.config.cert_manager_present;
+    inputs.prometheus_operator_present = ctx.config.prometheus_operator_present;
+    inputs.recorded_master = recorded;
+    inputs.live_pod_ordinals = data_pods.keys().copied().collect();
+    let rendered = vko_render::render(&valkey, &inputs);
+
+    // ---- apply ----
+    match &rendered {
+        Ok(rendered) => match desired_objects(rendered, secrets.auth_missing) {
+            Ok((desired, keep)) => {
+                let stores = &ctx.stores;
+                let mut report = apply::apply_objects(
+                    &ctx.client,
+                    &namespace,
+                    &uid,
+                    &desired,
+                    |kind, object_name| stores.meta(kind, &namespace, object_name),
+                )
+                .await;
+                let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
+                let stale = apply::stale_objects(&stores.all_in(&namespace), &wanted, &keep, &uid);
+                apply::delete_objects(&ctx.client, &namespace, &stale, &mut report).await;
+                if !report.deleted.is_empty() {
+                    tracing::info!(%namespace, %name, deleted = ?report.deleted, "deleted objects no longer wanted");
+                }
+                problems.extend(report.errors);
+            }
+            Err(error) => problems.push(error),
+        },
+        Err(error) => problems.push(Error::Render(error.clone())),
+    }
+
+    // ---- data plane ----
+    let names = Names::new(&name, &namespace, &ctx.config.cluster_domain)?;
+    let ports = PortPlan::of(spec);
+    let dial = DialConfig {
+        valkey_port: u16::try_from(ports.valkey).unwrap_or(6379),
+        sentinel_port: u16::try_from(ports.sentinel).unwrap_or(26379),
+        password: secrets.password.clone(),
+        sentinel_password: if spec.sentinel_auth_disabled() {
+            None
+        } else {
+            secrets.password.clone()
+        },
+        tls: if ports.tls { secrets.tls.clone() } else { None },
+    };
+    let statefulset_exists = ctx
+        .stores
+        .statefulset(&namespace, &names.data_statefulset())
+        .is_some_and(|sts| {
+            sts.owner_references()
+                .iter()
+                .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+        });
+    let ready_pods = data_pods
+        .iter()
+        .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))
+        .count();
+    let ready_pods = i32::try_from(ready_pods).unwrap_or(i32::MAX);
+    let fqdns: Vec<String> = (0..replicas).map(|o| names.data_pod_fqdn(o)).collect();
+    let probes: Vec<PodProbe> = if statefulset_exists {
+        futures::future::join_all((0..replicas).map(|ordinal| {
+            dataplane::probe_data_pod(
+                &name,
+                ordinal,
+                data_pods.get(&ordinal).map(AsRef::as_ref),
+                &fqdns[ordinal as usize],
+                &dial,
+            )
+        }))
+        .await
+    } else {
+        Vec::new()
+    };
+
+    let master: Option<u32>;
+    let mut sentinel_failover = false;
+    let mut authority_note = None;
+    let mut requeue_soon = false;
+    if !statefulset_exists {
+        master = None;
+    } else if spec.sentinel_enabled() {
+        let answers = futures::future::join_all(sentinel_pods.iter().map(|pod| {
+            let ordinal = pod
+                .name_any()
+                .rsplit('-')
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0);
+            let fqdn = names.sentinel_pod_fqdn(ordinal);
+            let dial = dial.clone();
+            let name = name.clone();
+            async move { dataplane::ask_sentinel(&name, pod, &fqdn, &dial).await }
+        }))
+        .await;
+        master = dataplane::sentinel_majority(&name, &answers);
+        sentinel_failover = master.is_none();
+    } else if replicas > 1 {
+        match dataplane::decide_master(&name, recorded, &probes) {
+            MasterDecision::Steady(ordinal) => master = Some(ordinal),
+            MasterDecision::Adopt(ordinal) => {
+                tracing::info!(%namespace, %name, ordinal, "adopting the only pod that answers master");
+                master = Some(ordinal);
+                requeue_soon = true;
+            }
+            MasterDecision::Promote {
+                candidate,
+                redirect,
+            } => {
+                let pod_of = |ordinal: u32| data_pods.get(&ordinal).map(AsRef::as_ref);
+                let result = match pod_of(candidate) {
+                    Some(candidate_pod) => {
+                        let redirect: Vec<(u32, &Pod, &str)> = redirect
+                            .iter()
+                            .filter_map(|o| Some((*o, pod_of(*o)?, fqdns[*o as usize].as_str())))
+                            .collect();
+                        dataplane::promote(
+                            &name,
+                            (candidate, candidate_pod, &fqdns[candidate as usize]),
+                            &redirect,
+                            &dial,
+                        )
+                        .await
+                    }
+                    None => Err(Error::PromotionRefused {
+                        pod: names.data_pod(candidate),
+                        why: "the pod is gone".into(),
+                    }),
+                };
+                match result {
+                    Ok(()) => {
+                        master = Some(candidate);
+                        requeue_soon = true;
+                        let note = format!(
+                            "Promoted {} (the most caught-up replica) because the recorded master {} was gone or held",
+                            names.data_pod(candidate),
+                            recorded.map(|o| names.data_pod(o)).unwrap_or_default()
+                        );
+                        tracing::warn!(%namespace, %name, "{note}");
+                        publish(
+                            &ctx,
+                            &valkey,
+                            status::EventSpec {
+                                type_: kube::runtime::events::EventType::Normal,
+                                reason: "MasterPromoted".into(),
+                                note,
+                            },
+                        )
+                        .await;
+                    }
+                    Err(error) => {
+                        authority_note = Some(error.to_string());
+                        master = recorded;
+                        problems.push(error);
+                    }
+                }
+            }
+            MasterDecision::Wait(why) => {
+                authority_note = Some(why);
+                master = recorded;
+            }
+            MasterDecision::SplitBrain(masters) => {
+                authority_note = Some(format!("several masters: {masters:?}"));
+                master = recorded;
+            }
+        }
+    } else {
+        master = probes.iter().find(|p| p.is_master()).map(|p| p.ordinal);
+    }
+
+    // ---- status ----
+    // The problem that needs a human first is the one reported.
+    problems.sort_by_key(Error::priority);
+    let blocked = problems.first().map(|error| Blocked {
+        reason: match error {
+            Error::SecretMissing { .. } => SECRET_MISSING.to_owned(),
+            other => other.reason().to_owned(),
+        },
+        message: error.to_string(),
+    });
+    let snapshot = Snapshot {
+        name: name.clone(),
+        generation: valkey.metadata.generation,
+        spec_replicas: spec.replicas(),
+        sentinel: spec.sentinel_enabled(),
+        statefulset_exists,
+        ready_pods,
+        probes,
+        master,
+        sentinel_failover,
+        authority_note,
+        blocked,
+    };
+    let current = valkey.status.as_ref();
+    let next = status::desired_status(current, &snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
+    if current != Some(&next) {
+        write_status(&ctx.client, &namespace, &name, &next).await?;
+        for event in status::transition_events(current, &next) {
+            publish(&ctx, &valkey, event).await;
+        }
+    }
+
+    if !problems.is_empty() {
+        let count = problems.len();
+        let first = problems.remove(0);
+        return Err(if count == 1 {
+            first
+        } else {
+            Error::StepsFailed {
+                count,
+                first: Box::new(first),
+            }
+        });
+    }
+    ctx.failures
+        .lock()
+        .map(|mut failures| failures.remove(&ObjectRef::from_obj(valkey.as_ref())))
+        .ok();
+    let verdict = status::data_plane_verdict(&snapshot);
+    Ok(if requeue_soon {
+        Action::requeue(Duration::from_secs(1))
+    } else if verdict.ready {
+        Action::requeue(Duration::from_secs(60))
+    } else {
+        Action::requeue(Duration::from_secs(5))
+    })
+}
+
+async fn write_status(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    status: &ValkeyStatus,
+) -> Result<(), Error> {
+    let api: Api<Valkey> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": vko_api::API_VERSION,
+        "kind": vko_api::KIND,
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
+    let reference = valkey.object_ref(&());
+    let event = Event {
+        type_: event.type_,
+        reason: event.reason,
+        note: Some(event.note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!(error = %Error::EventPublish(error), "event not published");
+    }
+}
+
+/// Counts the failure and requeues with backoff.
+pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&vec![("reason", error.reason().to_owned())])
+        .inc();
+    let failures = ctx
+        .failures
+        .lock()
+        .map(|mut failures| {
+            let count = failures
+                .entry(ObjectRef::from_obj(valkey.as_ref()))
+                .or_insert(0);
+            *count = count.saturating_add(1);
+            *count
+        })
+        .unwrap_or(1);
+    let delay = backoff(failures);
+    tracing::warn!(
+        namespace = valkey.namespace().unwrap_or_default(),
+        name = valkey.name_any(),
+        reason = error.reason(),
+        %error,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// A watch of all namespaces feeding a store; the stream is what the Controller consumes.
+fn reflect<K>(
+    client: &kube::Client,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
+        .default_backoff()
+        .touched_objects();
+    (reader, stream)
+}
+
+/// The Valkeys in `secret`'s namespace that reference it (auth or TLS).
+pub fn valkeys_referencing(valkeys: &[Arc<Valkey>], secret: &Secret) -> Vec<ObjectRef<Valkey>> {
+    let namespace = secret.namespace();
+    let name = secret.name_any();
+    valkeys
+        .iter()
+        .filter(|valkey| valkey.namespace() == namespace)
+        .filter(|valkey| {
+            valkey.spec.auth_secret_name() == Some(name.as_str())
+                || vko_render::tls_secrets(valkey)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|tls| {
+                        tls.data == name || tls.sentinel.as_deref() == Some(name.as_str())
+                    })
+        })
+        .map(|valkey| ObjectRef::from_obj(valkey.as_ref()))
+        .collect()
+}
+
+/// Everything `run` needs from main.
+pub struct RunOptions {
+    pub config: OperatorConfig,
+    pub concurrency: u16,
+    pub reporter_instance: Option<String>,
+    /// Set once every store has listed.
+    pub on_ready: Box<dyn FnOnce() + Send>,
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Builds the watches and the Controller and runs it until `shutdown`.
+pub async fn run(
+    client: kube::Client,
+    metrics_slot: Arc<std::sync::OnceLock<Arc<Metrics>>>,
+    options: RunOptions,
+) {
+    let (service_accounts, sa_stream) =
+        reflect::<ServiceAccount>(&client, watcher::Config::default());
+    let (roles, role_stream) = reflect::<Role>(&client, watcher::Config::default());
+    let (role_bindings, rb_stream) = reflect::<RoleBinding>(&client, watcher::Config::default());
+    let (config_maps, cm_stream) = reflect::<ConfigMap>(&client, watcher::Config::default());
+    let (services, svc_stream) = reflect::<Service>(&client, watcher::Config::default());
+    let (statefulsets, sts_stream) = reflect::<StatefulSet>(&client, watcher::Config::default());
+    let (pdbs, pdb_stream) = reflect::<PodDisruptionBudget>(&client, watcher::Config::default());
+    let (network_policies, np_stream) =
+        reflect::<NetworkPolicy>(&client, watcher::Config::default());
+    let (deployments, deploy_stream) = reflect::<Deployment>(&client, watcher::Config::default());
+    let (pods, pod_stream) =
+        reflect::<Pod>(&client, watcher::Config::default().labels(labels::CLUSTER));
+    let (secrets, secret_stream) = reflect::<Secret>(&client, watcher::Config::default());
+    let stores = Stores {
+        service_accounts,
+        roles,
+        role_bindings,
+        config_maps,
+        services,
+        statefulsets,
+        pdbs,
+        network_policies,
+        deployments,
+        pods,
+        secrets,
+    };
+
+    let controller = Controller::new(
+        Api::<Valkey>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency));
+    let valkeys = controller.store();
+    let metrics = Arc::new(Metrics::new(Some(valkeys.clone()), OPERATOR_VERSION));
+    let _ = metrics_slot.set(metrics.clone());
+
+    {
+        let stores = stores.clone();
+        let valkeys = valkeys.clone();
+        let on_ready = options.on_ready;
+        tokio::spawn(async move {
+            let waits = [
+                stores.service_accounts.wait_until_ready().await,
+                stores.roles.wait_until_ready().await,
+                stores.role_bindings.wait_until_ready().await,
+                stores.config_maps.wait_until_ready().await,
+                stores.services.wait_until_ready().await,
+                stores.statefulsets.wait_until_ready().await,
+                stores.pdbs.wait_until_ready().await,
+                stores.network_policies.wait_until_ready().await,
+                stores.deployments.wait_until_ready().await,
+                stores.pods.wait_until_ready().await,
+                stores.secrets.wait_until_ready().await,
+                valkeys.wait_until_ready().await,
+            ];
+            if waits.iter().all(Result::is_ok) {
+                tracing::info!("every watch has listed; ready");
+                on_ready();
+            }
+        });
+    }
+
+    let recorder = Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "vko-operator".into(),
+            instance: options.reporter_instance,
+        },
+    );
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        stores.clone(),
+        recorder,
+        options.config,
+        metrics,
+    ));
+    let secret_valkeys = valkeys.clone();
+    let shutdown = options.shutdown.clone();
+    controller
+        .owns_stream(sa_stream)
+        .owns_stream(role_stream)
+        .owns_stream(rb_stream)
+        .owns_stream(cm_stream)
+        .owns_stream(svc_stream)
+        .owns_stream(sts_stream)
+        .owns_stream(pdb_stream)
+        .owns_stream(np_stream)
+        .owns_stream(deploy_stream)
+        .watches_stream(pod_stream, |pod: Pod| {
+            let cluster = pod.labels().get(labels::CLUSTER).cloned();
+            let namespace = pod.namespace();
+            cluster.and_then(|cluster| {
+                namespace.map(|namespace| ObjectRef::<Valkey>::new(&cluster).within(&namespace))
+            })
+        })
+        .watches_stream(secret_stream, move |secret: Secret| {
+            valkeys_referencing(&secret_valkeys.state(), &secret)
+        })
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_up_to_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(5));
+        assert_eq!(backoff(2), Duration::from_secs(10));
+        assert_eq!(backoff(4), Duration::from_secs(40));
+        assert_eq!(backoff(30), Duration::from_secs(300));
+    }
+
+    fn valkey(mut value: serde_json::Value) -> Arc<Valkey> {
+        value["spec"]["image"] = "valkey/valkey:8.0".into();
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_secret_event_maps_to_the_valkeys_that_reference_it() {
+        let valkeys = vec![
+            valkey(
+                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "spec": {"auth": {"secretName": "pw"}}}),
+            ),
+            valkey(
+                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "b", "namespace": "ns"},
+                "spec": {"tls": {"enabled": true, "secretName": "pw"}}}),
+            ),
+            valkey(
+                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "c", "namespace": "other"},
+                "spec": {"auth": {"secretName": "pw"}}}),
+            ),
+            valkey(
+                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "d", "namespace": "ns"}, "spec": {}}),
+            ),
+        ];
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pw", "namespace": "ns"}}))
+        .unwrap();
+        let refs = valkeys_referencing(&valkeys, &secret);
+        let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, vec!["a", "b"]);
+    }
+}

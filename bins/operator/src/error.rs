@@ -1,0 +1,206 @@
+//! The one error type of the operator. `reason()` is stable: it becomes the condition reason, the
+//! Event reason and the `reason` label of `vko_reconcile_errors_total`.
+
+/// Why a reconcile pass (or one of its steps) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `Valkey` lacks a field the API server always sets (namespace, name, uid).
+    #[error("the Valkey has no {0}")]
+    MissingObjectField(&'static str),
+
+    /// vko-render refused the spec.
+    #[error("cannot render the desired objects: {0}")]
+    Render(#[from] vko_render::RenderError),
+
+    /// A generated name is held by an object this `Valkey` does not control.
+    #[error(
+        "{kind} {name} exists but is not controlled by this Valkey; delete or rename it so the operator can create its own"
+    )]
+    ForeignObject { kind: String, name: String },
+
+    /// An admission webhook or policy refused a write.
+    #[error("an admission webhook denied writing {kind} {name}: {message}")]
+    AdmissionWebhookDenied {
+        kind: String,
+        name: String,
+        message: String,
+    },
+
+    /// Any other failed write (RBAC, quota, conflict, API server unreachable).
+    #[error("writing {kind} {name} failed: {message}")]
+    WriteFailed {
+        kind: String,
+        name: String,
+        message: String,
+    },
+
+    /// A Secret the spec references does not exist (or lacks the key).
+    #[error("{what} Secret {name} {problem}; create it, the operator continues by itself")]
+    SecretMissing {
+        what: &'static str,
+        name: String,
+        problem: String,
+    },
+
+    /// Writing `status` failed.
+    #[error("writing the status failed: {0}")]
+    StatusWrite(#[source] kube::Error),
+
+    /// Publishing an Event failed.
+    #[error("publishing an Event failed: {0}")]
+    EventPublish(#[source] kube::Error),
+
+    /// A data-plane command (promotion, redirection) failed.
+    #[error("{action} on pod {pod} failed: {source}")]
+    DataPlane {
+        action: &'static str,
+        pod: String,
+        #[source]
+        source: vko_valkey::Error,
+    },
+
+    /// A promotion could not be carried out or verified.
+    #[error("promoting pod {pod} failed: {why}")]
+    PromotionRefused { pod: String, why: String },
+
+    /// A rendered object could not be turned into an API request.
+    #[error("rendered object is unusable: {0}")]
+    InvalidObject(String),
+
+    /// One or more steps of the pass failed; the first (most important) one is kept.
+    #[error("{count} step(s) of the reconcile failed, first: {first}")]
+    StepsFailed { count: usize, first: Box<Error> },
+}
+
+impl Error {
+    /// Stable CamelCase reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::MissingObjectField(_) => "InvalidObject",
+            Error::Render(error) => error.reason(),
+            Error::ForeignObject { .. } => "ForeignObject",
+            Error::AdmissionWebhookDenied { .. } => "AdmissionWebhookDenied",
+            Error::WriteFailed { .. } => "WriteFailed",
+            Error::SecretMissing { .. } => "SecretMissing",
+            Error::StatusWrite(_) => "StatusWriteFailed",
+            Error::EventPublish(_) => "EventPublishFailed",
+            Error::DataPlane { .. } => "DataPlaneCommandFailed",
+            Error::PromotionRefused { .. } => "PromotionFailed",
+            Error::InvalidObject(_) => "InvalidObject",
+            Error::StepsFailed { first, .. } => first.reason(),
+        }
+    }
+
+    /// Order in which problems are reported (lowest first): the ones that need a human lead,
+    /// `ForeignObject` before a missing Secret before admission denials before other failures.
+    pub fn priority(&self) -> u8 {
+        match self.reason() {
+            "ForeignObject" => 0,
+            "SecretMissing" => 1,
+            "AdmissionWebhookDenied" => 2,
+            "WriteFailed" => 3,
+            _ => 4,
+        }
+    }
+
+    /// Classifies a failed write of `kind`/`name`.
+    pub fn from_write(kind: &str, name: &str, error: &kube::Error) -> Error {
+        let message = match error {
+            kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        };
+        if is_admission_denial(&message) {
+            Error::AdmissionWebhookDenied {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                message,
+            }
+        } else {
+            Error::WriteFailed {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                message,
+            }
+        }
+    }
+}
+
+/// Whether an API error message says an admission webhook or a ValidatingAdmissionPolicy
+/// refused the request (or a fail-closed webhook could not be called).
+pub fn is_admission_denial(message: &str) -> bool {
+    message.contains("admission webhook")
+        || message.contains("ValidatingAdmissionPolicy")
+        || message.contains("failed calling webhook")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "Forbidden")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn webhook_denials_are_told_apart_from_other_write_failures() {
+        let denied = api_error(
+            400,
+            "admission webhook \"deny.example.com\" denied the request: no",
+        );
+        assert_eq!(
+            Error::from_write("ConfigMap", "a-config", &denied).reason(),
+            "AdmissionWebhookDenied"
+        );
+        let policy = api_error(
+            403,
+            "configmaps \"a\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request",
+        );
+        assert_eq!(
+            Error::from_write("ConfigMap", "a", &policy).reason(),
+            "AdmissionWebhookDenied"
+        );
+        let rbac = api_error(403, "configmaps is forbidden: User cannot patch");
+        let error = Error::from_write("ConfigMap", "a", &rbac);
+        assert_eq!(error.reason(), "WriteFailed");
+        assert!(error.to_string().contains("User cannot patch"), "{error}");
+    }
+
+    #[test]
+    fn problems_that_need_a_human_are_reported_first() {
+        let mut problems = vec![
+            Error::WriteFailed {
+                kind: "Service".into(),
+                name: "a-rw".into(),
+                message: "quota".into(),
+            },
+            Error::SecretMissing {
+                what: "auth",
+                name: "pw".into(),
+                problem: "does not exist".into(),
+            },
+            Error::ForeignObject {
+                kind: "ConfigMap".into(),
+                name: "a-config".into(),
+            },
+        ];
+        problems.sort_by_key(Error::priority);
+        let reasons: Vec<_> = problems.iter().map(Error::reason).collect();
+        assert_eq!(reasons, ["ForeignObject", "SecretMissing", "WriteFailed"]);
+    }
+
+    #[test]
+    fn aggregated_errors_keep_the_first_reason() {
+        let error = Error::StepsFailed {
+            count: 2,
+            first: Box::new(Error::ForeignObject {
+                kind: "ConfigMap".into(),
+                name: "x".into(),
+            }),
+        };
+        assert_eq!(error.reason(), "ForeignObject");
+    }
+}

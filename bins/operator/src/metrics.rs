@@ -1,0 +1,214 @@
+//! `/metrics`: the reference's `vko_valkey_*` series, computed at scrape time from the `Valkey`
+//! reflector store (nothing is written from inside a reconcile except the error counter).
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use vko_api::Valkey;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The registry and the metrics written outside scrapes.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconcile_errors: Family<Labels, Counter>,
+    pub reconciles: Counter,
+}
+
+impl Metrics {
+    /// Registers every series. `valkeys` is read at scrape time; `None` until the controller
+    /// exists (then only the operator's own series are emitted).
+    pub fn new(valkeys: Option<Store<Valkey>>, version: &str) -> Metrics {
+        let mut registry = Registry::default();
+        let reconcile_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "vko_reconcile_errors",
+            "Failed reconcile passes by stable reason",
+            reconcile_errors.clone(),
+        );
+        let reconciles = Counter::default();
+        registry.register("vko_reconciles", "Reconcile passes run", reconciles.clone());
+        let build_info = Family::<Labels, Gauge>::default();
+        build_info
+            .get_or_create(&vec![("version", version.to_owned())])
+            .set(1);
+        registry.register(
+            "vko_operator_build_info",
+            "The running operator",
+            build_info,
+        );
+        if let Some(valkeys) = valkeys {
+            registry.register_collector(Box::new(ValkeyCollector { valkeys }));
+        }
+        Metrics {
+            registry,
+            reconcile_errors,
+            reconciles,
+        }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[derive(Debug)]
+struct ValkeyCollector {
+    valkeys: Store<Valkey>,
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    family: &Family<Labels, Gauge>,
+) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
+    family.encode(metric)
+}
+
+/// The per-resource gauge families for a set of `Valkey`s.
+fn families(valkeys: &[Arc<Valkey>]) -> Vec<(&'static str, &'static str, Family<Labels, Gauge>)> {
+    let phase = Family::<Labels, Gauge>::default();
+    let condition = Family::<Labels, Gauge>::default();
+    let ready = Family::<Labels, Gauge>::default();
+    let spec_replicas = Family::<Labels, Gauge>::default();
+    let generation = Family::<Labels, Gauge>::default();
+    let observed = Family::<Labels, Gauge>::default();
+    let version = Family::<Labels, Gauge>::default();
+    for valkey in valkeys {
+        let id = vec![
+            ("namespace", valkey.namespace().unwrap_or_default()),
+            ("name", valkey.name_any()),
+        ];
+        let with = |key: &'static str, value: String| {
+            let mut labels = id.clone();
+            labels.push((key, value));
+            labels
+        };
+        let status = valkey.status.as_ref();
+        if let Some(value) = status.and_then(|s| s.phase.as_ref()) {
+            phase
+                .get_or_create(&with("phase", value.to_string()))
+                .set(1);
+        }
+        let mut max_observed = 0;
+        for c in status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let mut labels = with("condition", c.type_.clone());
+            labels.push(("status", c.status.clone()));
+            labels.push(("reason", c.reason.clone()));
+            condition.get_or_create(&labels).set(1);
+            max_observed = max_observed.max(c.observed_generation.unwrap_or(0));
+        }
+        ready
+            .get_or_create(&id)
+            .set(status.and_then(|s| s.ready_replicas).unwrap_or(0).into());
+        spec_replicas
+            .get_or_create(&id)
+            .set(valkey.spec.replicas().into());
+        generation
+            .get_or_create(&id)
+            .set(valkey.metadata.generation.unwrap_or(0));
+        observed.get_or_create(&id).set(max_observed);
+        if let Some(v) = status.and_then(|s| s.operator_version.clone()) {
+            version.get_or_create(&with("version", v)).set(1);
+        }
+    }
+    vec![
+        (
+            "vko_valkey_status_phase",
+            "Current phase (1 for the current one)",
+            phase,
+        ),
+        (
+            "vko_valkey_status_condition",
+            "Conditions (1 per condition type)",
+            condition,
+        ),
+        (
+            "vko_valkey_status_ready_replicas",
+            "status.readyReplicas",
+            ready,
+        ),
+        ("vko_valkey_spec_replicas", "spec.replicas", spec_replicas),
+        (
+            "vko_valkey_metadata_generation",
+            "metadata.generation",
+            generation,
+        ),
+        (
+            "vko_valkey_status_observed_generation",
+            "Highest observedGeneration over the conditions",
+            observed,
+        ),
+        (
+            "vko_valkey_operator_version_info",
+            "status.operatorVersion",
+            version,
+        ),
+    ]
+}
+
+impl prometheus_client::collector::Collector for ValkeyCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, help, family) in families(&self.valkeys.state()) {
+            gauge(&mut encoder, name, help, &family)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher;
+
+    #[test]
+    fn series_follow_the_store() {
+        let (reader, mut writer) = store::<Valkey>();
+        let valkey: Valkey = serde_json::from_value(serde_json::json!({
+            "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": "a", "namespace": "ns", "generation": 2},
+            "spec": {"replicas": 3, "image": "valkey/valkey:8.0"},
+            "status": {"phase": "OK", "readyReplicas": 3, "operatorVersion": "0.1.0",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "ClusterReady",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 2}]}
+        }))
+        .unwrap();
+        writer.apply_watcher_event(&watcher::Event::Apply(valkey));
+        let metrics = Metrics::new(Some(reader), "9.9.9");
+        metrics
+            .reconcile_errors
+            .get_or_create(&vec![("reason", "ForeignObject".to_owned())])
+            .inc();
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"vko_valkey_status_phase{namespace="ns",name="a",phase="OK"} 1"#,
+            r#"vko_valkey_status_condition{namespace="ns",name="a",condition="Ready",status="True",reason="ClusterReady"} 1"#,
+            r#"vko_valkey_status_ready_replicas{namespace="ns",name="a"} 3"#,
+            r#"vko_valkey_spec_replicas{namespace="ns",name="a"} 3"#,
+            r#"vko_valkey_metadata_generation{namespace="ns",name="a"} 2"#,
+            r#"vko_valkey_status_observed_generation{namespace="ns",name="a"} 2"#,
+            r#"vko_valkey_operator_version_info{namespace="ns",name="a",version="0.1.0"} 1"#,
+            r#"vko_operator_build_info{version="9.9.9"} 1"#,
+            r#"vko_reconcile_errors_total{reason="ForeignObject"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! The status step, as pure functions: phase, message and conditions from what one pass observed;
+//! conditions keep `lastTransitionTime` unless their status flips; Events only on transitions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::runtime::events::EventType;
+use vko_api::{ConditionReason, ConditionType, Phase, ValkeyStatus};
+
+use crate::dataplane::{PodProbe, ProbeState, unsynced_replicas};
+
+/// Reason of `ReconcileBlocked=True` while a referenced Secret is missing (the operator holds the
+/// StatefulSets back; not one of vko-api's write reasons).
+pub const SECRET_MISSING: &str = "SecretMissing";
+
+/// Why the pass could not converge the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// `ForeignObject`, `AdmissionWebhookDenied`, `WriteFailed`, `SecretMissing`, or a render
+    /// error's reason.
+    pub reason: String,
+    pub message: String,
+}
+
+/// Everything the status is computed from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub name: String,
+    pub generation: Option<i64>,
+    pub spec_replicas: i32,
+    pub sentinel: bool,
+    pub statefulset_exists: bool,
+    pub ready_pods: i32,
+    pub probes: Vec<PodProbe>,
+    /// The master (live answer; without Sentinel and with replicas the record).
+    pub master: Option<u32>,
+    /// Sentinel's majority answer is missing or disagrees with the pods.
+    pub sentinel_failover: bool,
+    /// Why the authority did not act, when it did not (e.g. waiting for the hold to clear).
+    pub authority_note: Option<String>,
+    pub blocked: Option<Blocked>,
+}
+
+/// The data-plane verdict of a snapshot, before the blocked override.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub phase: Phase,
+    pub message: String,
+    pub ready: bool,
+}
+
+/// Phase and message of the data plane alone.
+pub fn data_plane_verdict(s: &Snapshot) -> Verdict {
+    let not_ready = |phase, message: String| Verdict {
+        phase,
+        message,
+        ready: false,
+    };
+    if !s.statefulset_exists {
+        return not_ready(
+            Phase::Provisioning,
+            "Waiting for StatefulSet creation".into(),
+        );
+    }
+    if s.ready_pods < s.spec_replicas {
+        return not_ready(
+            Phase::Provisioning,
+            format!("{}/{} data pods ready", s.ready_pods, s.spec_replicas),
+        );
+    }
+    let unreachable: Vec<String> = s
+        .probes
+        .iter()
+        .filter_map(|p| match &p.state {
+            ProbeState::Unreachable(why) | ProbeState::NotRunning(why) => {
+                Some(format!("{}: {why}", p.pod))
+            }
+            _ => None,
+        })
+        .collect();
+    if !unreachable.is_empty() {
+        return not_ready(
+            Phase::Error,
+            format!("Instance unreachable: {}", unreachable.join("; ")),
+        );
+    }
+    let Some(master) = s.master else {
+        if s.sentinel {
+            return not_ready(
+                Phase::FailoverInProgress,
+                "Sentinel names no reachable master".into(),
+            );
+        }
+        let note = s.authority_note.clone().unwrap_or_default();
+        return not_ready(
+            Phase::Error,
+            format!(
+                "no master found among {} pods{}{note}",
+                s.probes.len(),
+                if note.is_empty() { "" } else { ": " }
+            ),
+        );
+    };
+    let master_answers = s
+        .probes
+        .iter()
+        .any(|p| p.ordinal == master && p.is_master());
+    let masters = s.probes.iter().filter(|p| p.is_master()).count();
+    if s.sentinel && (s.sentinel_failover || !master_answers) {
+        return not_ready(
+            Phase::FailoverInProgress,
+            format!("Sentinel is moving the master ({}-{master})", s.name),
+        );
+    }
+    if !master_answers {
+        return not_ready(
+            Phase::Error,
+            format!(
+                "the recorded master {}-{master} does not answer as master",
+                s.name
+            ),
+        );
+    }
+    if masters > 1 {
+        return not_ready(
+            Phase::Error,
+            format!(
+                "{masters} pods answer as master; the recorded master is {}-{master}",
+                s.name
+            ),
+        );
+    }
+    let unsynced = unsynced_replicas(&s.probes, master);
+    if !unsynced.is_empty() {
+        return not_ready(
+            Phase::Syncing,
+            format!("Replication sync in progress: {}", unsynced.join(", ")),
+        );
+    }
+    Verdict {
+        phase: Phase::Ok,
+        message: "Cluster is healthy".into(),
+        ready: true,
+    }
+}
+
+fn condition(
+    type_: ConditionType,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.as_str().to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// Sets `new` in `conditions`, keeping the old `lastTransitionTime` unless the status flipped.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(existing) => {
+            if existing.status == new.status {
+                new.last_transition_time = existing.last_transition_time.clone();
+            }
+            *existing = new;
+        }
+        None => conditions.push(new),
+    }
+}
+
+/// The status this pass should leave behind.
+pub fn desired_status(
+    current: Option<&ValkeyStatus>,
+    snapshot: &Snapshot,
+    operator_version: &str,
+    now: Time,
+) -> ValkeyStatus {
+    let verdict = data_plane_verdict(snapshot);
+    let (phase, message) = match &snapshot.blocked {
+        Some(blocked) => (
+            Phase::Error,
+            format!("Failed to reconcile resources: {}", blocked.message),
+        ),
+        None => (verdict.phase.clone(), verdict.message.clone()),
+    };
+    let mut conditions = current
+        .and_then(|status| status.conditions.clone())
+        .unwrap_or_default();
+    set_condition(
+        &mut conditions,
+        if verdict.ready {
+            condition(
+                ConditionType::Ready,
+                true,
+                ConditionReason::ClusterReady.as_str(),
+                verdict.message.clone(),
+                snapshot.generation,
+                &now,
+            )
+        } else {
+            condition(
+                ConditionType::Ready,
+                false,
+                ConditionReason::ClusterNotReady.as_str(),
+                verdict.message.clone(),
+                snapshot.generation,
+                &now,
+            )
+        },
+    );
+    set_condition(
+        &mut conditions,
+        match &snapshot.blocked {
+            Some(blocked) => condition(
+                ConditionType::ReconcileBlocked,
+                true,
+                &blocked.reason,
+                blocked.message.clone(),
+                snapshot.generation,
+                &now,
+            ),
+            None => condition(
+                ConditionType::ReconcileBlocked,
+                false,
+                ConditionReason::ReconcileSucceeded.as_str(),
+                "every managed object is applied".into(),
+                snapshot.generation,
+                &now,
+            ),
+        },
+    );
+    let master_pod = snapshot
+        .master
+        .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
+        .or_else(|| current.and_then(|status| status.master_pod.clone()));
+    ValkeyStatus {
+        ready_replicas: Some(snapshot.ready_pods),
+        master_pod,
+        observer_ready: current.and_then(|status| status.observer_ready),
+        phase: Some(phase),
+        message: Some(message),
+        conditions: Some(conditions),
+        operator_version: Some(operator_version.to_owned()),
+        observed_generation: snapshot.generation,
+    }
+}
+
+/// One Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub type_: EventType,
+    pub reason: String,
+    pub note: String,
+}
+
+fn find<'a>(status: Option<&'a ValkeyStatus>, type_: ConditionType) -> Option<&'a Condition> {
+    status?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_.as_str())
+}
+
+/// Events for what changed between two statuses (nothing when nothing changed).
+pub fn transition_events(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> Vec<EventSpec> {
+    let mut events = Vec::new();
+    let old_blocked = find(old, ConditionType::ReconcileBlocked);
+    let new_blocked = find(Some(new), ConditionType::ReconcileBlocked);
+    if let Some(new_blocked) = new_blocked {
+        let was_true = old_blocked.is_some_and(|c| c.status == "True");
+        if new_blocked.status == "True" {
+            let same = old_blocked.is_some_and(|c| {
+                c.status == "True"
+                    && c.reason == new_blocked.reason
+                    && c.message == new_blocked.message
+            });
+            if !same {
+                events.push(EventSpec {
+                    type_: EventType::Warning,
+                    reason: new_blocked.reason.clone(),
+                    note: new_blocked.message.clone(),
+                });
+            }
+        } else if was_true {
+            events.push(EventSpec {
+                type_: EventType::Normal,
+                reason: ConditionReason::ReconcileSucceeded.as_str().to_owned(),
+                note: "Every managed object is applied again".into(),
+            });
+        }
+    }
+    let old_ready = find(old, ConditionType::Ready).map(|c| c.status == "True");
+    if let Some(new_ready) = find(Some(new), ConditionType::Ready) {
+        match (old_ready, new_ready.status == "True") {
+            (Some(true), false) => events.push(EventSpec {
+                type_: EventType::Warning,
+                reason: "ClusterNotReady".into(),
+                note: new_ready.message.clone(),
+            }),
+            (Some(false) | None, true) => events.push(EventSpec {
+                type_: EventType::Normal,
+                reason: "ClusterReady".into(),
+                note: new_ready.message.clone(),
+            }),
+            _ => {}
+        }
+    }
+    if let (Some(before), Some(after)) = (
+        old.and_then(|s| s.master_pod.as_ref()),
+        new.master_pod.as_ref(),
+    ) && before != after
+    {
+        events.push(EventSpec {
+            type_: EventType::Normal,
+            reason: "MasterChanged".into(),
+            note: format!("The master moved from {before} to {after}"),
+        });
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn probe(ordinal: u32, state: ProbeState) -> PodProbe {
+        PodProbe {
+            ordinal,
+            pod: format!("a-{ordinal}"),
+            state,
+        }
+    }
+
+    fn master(ordinal: u32) -> PodProbe {
+        probe(
+            ordinal,
+            ProbeState::Master {
+                repl_offset: 10,
+                keys: 1,
+                connected_replicas: 1,
+            },
+        )
+    }
+
+    fn replica(ordinal: u32, of: u32, link_up: bool) -> PodProbe {
+        probe(
+            ordinal,
+            ProbeState::Replica {
+                master_ordinal: Some(of),
+                in_hold: false,
+                link_up,
+                syncing: false,
+                repl_offset: 10,
+                keys: 1,
+            },
+        )
+    }
+
+    fn standalone_ok() -> Snapshot {
+        Snapshot {
+            name: "a".into(),
+            generation: Some(3),
+            spec_replicas: 1,
+            sentinel: false,
+            statefulset_exists: true,
+            ready_pods: 1,
+            probes: vec![master(0)],
+            master: Some(0),
+            sentinel_failover: false,
+            authority_note: None,
+            blocked: None,
+        }
+    }
+
+    #[test]
+    fn phases_follow_the_data_plane() {
+        let ok = standalone_ok();
+        assert_eq!(data_plane_verdict(&ok).phase, Phase::Ok);
+        assert!(data_plane_verdict(&ok).ready);
+
+        let no_sts = Snapshot {
+            statefulset_exists: false,
+            ready_pods: 0,
+            probes: vec![],
+            master: None,
+            ..ok.clone()
+        };
+        assert_eq!(data_plane_verdict(&no_sts).phase, Phase::Provisioning);
+
+        let starting = Snapshot {
+            spec_replicas: 3,
+            ready_pods: 2,
+            ..ok.clone()
+        };
+        let verdict = data_plane_verdict(&starting);
+        assert_eq!(verdict.phase, Phase::Provisioning);
+        assert_eq!(verdict.message, "2/3 data pods ready");
+
+        let syncing = Snapshot {
+            spec_replicas: 2,
+            ready_pods: 2,
+            probes: vec![master(0), replica(1, 0, false)],
+            ..ok.clone()
+        };
+        assert_eq!(data_plane_verdict(&syncing).phase, Phase::Syncing);
+        let synced = Snapshot {
+            probes: vec![master(0), replica(1, 0, true)],
+            ..syncing.clone()
+        };
+        assert_eq!(data_plane_verdict(&synced).phase, Phase::Ok);
+
+        let unreachable = Snapshot {
+            probes: vec![probe(0, ProbeState::Unreachable("timed out".into()))],
+            ..ok.clone()
+        };
+        let verdict = data_plane_verdict(&unreachable);
+        assert_eq!(verdict.phase, Phase::Error);
+        assert!(
+            verdict.message.contains("a-0: timed out"),
+            "{}",
+            verdict.message
+        );
+
+        let failover = Snapshot {
+            sentinel: true,
+            spec_replicas: 2,
+            ready_pods: 2,
+            probes: vec![replica(0, 1, false), replica(1, 0, false)],
+            master: Some(1),
+            ..ok.clone()
+        };
+        assert_eq!(
+            data_plane_verdict(&failover).phase,
+            Phase::FailoverInProgress
+        );
+        let split = Snapshot {
+            spec_replicas: 2,
+            ready_pods: 2,
+            probes: vec![master(0), master(1)],
+            ..ok
+        };
+        assert_eq!(data_plane_verdict(&split).phase, Phase::Error);
+    }
+
+    #[test]
+    fn a_blocked_pass_reports_error_but_ready_keeps_the_data_plane_truth() {
+        let snapshot = Snapshot {
+            blocked: Some(Blocked {
+                reason: "ForeignObject".into(),
+                message: "ConfigMap a-config exists but is not controlled by this Valkey".into(),
+            }),
+            ..standalone_ok()
+        };
+        let status = desired_status(None, &snapshot, "0.1.0", at(100));
+        assert_eq!(status.phase, Some(Phase::Error));
+        assert!(
+            status
+                .message
+                .as_deref()
+                .unwrap()
+                .starts_with("Failed to reconcile resources: ConfigMap a-config")
+        );
+        let conditions = status.conditions.unwrap();
+        let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "True");
+        let blocked = conditions
+            .iter()
+            .find(|c| c.type_ == "ReconcileBlocked")
+            .unwrap();
+        assert_eq!(
+            (blocked.status.as_str(), blocked.reason.as_str()),
+            ("True", "ForeignObject")
+        );
+        assert_eq!(blocked.observed_generation, Some(3));
+        assert_eq!(status.master_pod.as_deref(), Some("a-0"));
+        assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn transition_time_changes_only_when_the_status_flips_and_an_unchanged_pass_is_equal() {
+        let first = desired_status(None, &standalone_ok(), "0.1.0", at(100));
+        let again = desired_status(Some(&first), &standalone_ok(), "0.1.0", at(200));
+        assert_eq!(first, again, "nothing changed: no write");
+        assert!(transition_events(Some(&first), &again).is_empty());
+
+        let broken = Snapshot {
+            probes: vec![probe(0, ProbeState::Unreachable("refused".into()))],
+            ..standalone_ok()
+        };
+        let second = desired_status(Some(&first), &broken, "0.1.0", at(300));
+        let ready = |s: &ValkeyStatus| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(ready(&second).last_transition_time, at(300));
+        let blocked_time = |s: &ValkeyStatus| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "ReconcileBlocked")
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(blocked_time(&second), at(100));
+        let events = transition_events(Some(&first), &second);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].type_, EventType::Warning);
+        assert_eq!(events[0].reason, "ClusterNotReady");
+    }
+
+    #[test]
+    fn blocked_events_fire_once_per_new_problem_and_once_on_recovery() {
+        let clean = desired_status(None, &standalone_ok(), "v", at(1));
+        let blocked = |message: &str| Snapshot {
+            blocked: Some(Blocked {
+                reason: SECRET_MISSING.into(),
+                message: message.into(),
+            }),
+            ..standalone_ok()
+        };
+        let missing = desired_status(
+            Some(&clean),
+            &blocked("auth Secret pw does not exist"),
+            "v",
+            at(2),
+        );
+        let events = transition_events(Some(&clean), &missing);
+        assert_eq!(
+            events,
+            vec![EventSpec {
+                type_: EventType::Warning,
+                reason: SECRET_MISSING.into(),
+                note: "auth Secret pw does not exist".into()
+            }]
+        );
+        let still = desired_status(
+            Some(&missing),
+            &blocked("auth Secret pw does not exist"),
+            "v",
+            at(3),
+        );
+        assert!(transition_events(Some(&missing), &still).is_empty());
+        let recovered = desired_status(Some(&still), &standalone_ok(), "v", at(4));
+        let events = transition_events(Some(&still), &recovered);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "ReconcileSucceeded");
+    }
+
+    #[test]
+    fn the_master_pod_is_kept_when_nobody_answers_and_a_move_is_an_event() {
+        let first = desired_status(None, &standalone_ok(), "v", at(1));
+        let lost = Snapshot {
+            master: None,
+            ..standalone_ok()
+        };
+        let second = desired_status(Some(&first), &lost, "v", at(2));
+        assert_eq!(second.master_pod.as_deref(), Some("a-0"));
+        let moved = Snapshot {
+            master: Some(1),
+            ..standalone_ok()
+        };
+        let third = desired_status(Some(&second), &moved, "v", at(3));
+        let events = transition_events(Some(&second), &third);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == "MasterChanged" && e.note.contains("a-0 to a-1"))
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Reflector stores of everything the operator reads, and the kind table that ties a rendered
+//! object's `apiVersion`/`kind` to its API resource and its store.
+//!
+//! Observation reads these stores (kept current by the same watches that trigger reconciles), never
+//! fresh GETs.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+/// The kinds the operator writes (and may therefore find foreign objects of, or delete).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ManagedKind {
+    ServiceAccount,
+    Role,
+    RoleBinding,
+    ConfigMap,
+    Service,
+    StatefulSet,
+    PodDisruptionBudget,
+    NetworkPolicy,
+    Deployment,
+    /// cert-manager; not watched (optional CRD).
+    Certificate,
+    /// Prometheus-Operator; not watched (optional CRD).
+    ServiceMonitor,
+}
+
+impl ManagedKind {
+    /// Every kind that has a store (the optional CRD kinds have none).
+    pub const WATCHED: [ManagedKind; 9] = [
+        ManagedKind::ServiceAccount,
+        ManagedKind::Role,
+        ManagedKind::RoleBinding,
+        ManagedKind::ConfigMap,
+        ManagedKind::Service,
+        ManagedKind::StatefulSet,
+        ManagedKind::PodDisruptionBudget,
+        ManagedKind::NetworkPolicy,
+        ManagedKind::Deployment,
+    ];
+
+    /// The kind named by a rendered object's `apiVersion` and `kind`.
+    pub fn of(api_version: &str, kind: &str) -> Option<ManagedKind> {
+        let found = match (api_version, kind) {
+            ("v1", "ServiceAccount") => ManagedKind::ServiceAccount,
+            ("rbac.authorization.k8s.io/v1", "Role") => ManagedKind::Role,
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => ManagedKind::RoleBinding,
+            ("v1", "ConfigMap") => ManagedKind::ConfigMap,
+            ("v1", "Service") => ManagedKind::Service,
+            ("apps/v1", "StatefulSet") => ManagedKind::StatefulSet,
+            ("policy/v1", "PodDisruptionBudget") => ManagedKind::PodDisruptionBudget,
+            ("networking.k8s.io/v1", "NetworkPolicy") => ManagedKind::NetworkPolicy,
+            ("apps/v1", "Deployment") => ManagedKind::Deployment,
+            ("cert-manager.io/v1", "Certificate") => ManagedKind::Certificate,
+            ("monitoring.coreos.com/v1", "ServiceMonitor") => ManagedKind::ServiceMonitor,
+            _ => return None,
+        };
+        Some(found)
+    }
+
+    /// The `kind` string.
+    pub fn name(self) -> &'static str {
+        match self {
+            ManagedKind::ServiceAccount => "ServiceAccount",
+            ManagedKind::Role => "Role",
+            ManagedKind::RoleBinding => "RoleBinding",
+            ManagedKind::ConfigMap => "ConfigMap",
+            ManagedKind::Service => "Service",
+            ManagedKind::StatefulSet => "StatefulSet",
+            ManagedKind::PodDisruptionBudget => "PodDisruptionBudget",
+            ManagedKind::NetworkPolicy => "NetworkPolicy",
+            ManagedKind::Deployment => "Deployment",
+            ManagedKind::Certificate => "Certificate",
+            ManagedKind::ServiceMonitor => "ServiceMonitor",
+        }
+    }
+
+    /// The API resource (group, version, plural) to write through.
+    pub fn api_resource(self) -> ApiResource {
+        match self {
+            ManagedKind::ServiceAccount => ApiResource::erase::<ServiceAccount>(&()),
+            ManagedKind::Role => ApiResource::erase::<Role>(&()),
+            ManagedKind::RoleBinding => ApiResource::erase::<RoleBinding>(&()),
+            ManagedKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+            ManagedKind::Service => ApiResource::erase::<Service>(&()),
+            ManagedKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+            ManagedKind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
+            ManagedKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
+            ManagedKind::Deployment => ApiResource::erase::<Deployment>(&()),
+            ManagedKind::Certificate => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate"),
+                "certificates",
+            ),
+            ManagedKind::ServiceMonitor => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+                "servicemonitors",
+            ),
+        }
+    }
+}
+
+/// Metadata of an observed object: just what ownership decisions need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedMeta {
+    pub kind: ManagedKind,
+    pub name: String,
+    pub uid: Option<String>,
+    /// UID of the controller ownerReference, if any.
+    pub controller_uid: Option<String>,
+    pub terminating: bool,
+}
+
+impl ObservedMeta {
+    pub fn from_meta(kind: ManagedKind, meta: &ObjectMeta) -> ObservedMeta {
+        let controller_uid = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|owner| owner.controller == Some(true))
+            .map(|owner| owner.uid.clone());
+        ObservedMeta {
+            kind,
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            controller_uid,
+            terminating: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// Every reflector store.
+#[derive(Clone)]
+pub struct Stores {
+    pub service_accounts: Store<ServiceAccount>,
+    pub roles: Store<Role>,
+    pub role_bindings: Store<RoleBinding>,
+    pub config_maps: Store<ConfigMap>,
+    pub services: Store<Service>,
+    pub statefulsets: Store<StatefulSet>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub network_policies: Store<NetworkPolicy>,
+    pub deployments: Store<Deployment>,
+    pub pods: Store<Pod>,
+    pub secrets: Store<Secret>,
+}
+
+fn get_meta<K>(
+    store: &Store<K>,
+    kind: ManagedKind,
+    namespace: &str,
+    name: &str,
+) -> Option<ObservedMeta>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .get(&ObjectRef::new(name).within(namespace))
+        .map(|object| ObservedMeta::from_meta(kind, object.meta()))
+}
+
+fn metas_in<K>(store: &Store<K>, kind: ManagedKind, namespace: &str) -> Vec<ObservedMeta>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|object| object.namespace().as_deref() == Some(namespace))
+        .map(|object| ObservedMeta::from_meta(kind, object.meta()))
+        .collect()
+}
+
+impl Stores {
+    /// The observed object of `kind` under `namespace/name`; `None` when the store has none (or the
+    /// kind has no store).
+    pub fn meta(&self, kind: ManagedKind, namespace: &str, name: &str) -> Option<ObservedMeta> {
+        match kind {
+            ManagedKind::ServiceAccount => get_meta(&self.service_accounts, kind, namespace, name),
+            ManagedKind::Role => get_meta(&self.roles, kind, namespace, name),
+            ManagedKind::RoleBinding => get_meta(&self.role_bindings, kind, namespace, name),
+            ManagedKind::ConfigMap => get_meta(&self.config_maps, kind, namespace, name),
+            ManagedKind::Service => get_meta(&self.services, kind, namespace, name),
+            ManagedKind::StatefulSet => get_meta(&self.statefulsets, kind, namespace, name),
+            ManagedKind::PodDisruptionBudget => get_meta(&self.pdbs, kind, namespace, name),
+            ManagedKind::NetworkPolicy => get_meta(&self.network_policies, kind, namespace, name),
+            ManagedKind::Deployment => get_meta(&self.deployments, kind, namespace, name),
+            ManagedKind::Certificate | ManagedKind::ServiceMonitor => None,
+        }
+    }
+
+    /// Every watched object in `namespace`, of every managed kind.
+    pub fn all_in(&self, namespace: &str) -> Vec<ObservedMeta> {
+        let mut out = Vec::new();
+        for kind in ManagedKind::WATCHED {
+            out.extend(match kind {
+                ManagedKind::ServiceAccount => metas_in(&self.service_accounts, kind, namespace),
+                ManagedKind::Role => metas_in(&self.roles, kind, namespace),
+                ManagedKind::RoleBinding => metas_in(&self.role_bindings, kind, namespace),
+                ManagedKind::ConfigMap => metas_in(&self.config_maps, kind, namespace),
+                ManagedKind::Service => metas_in(&self.services, kind, namespace),
+                ManagedKind::StatefulSet => metas_in(&self.statefulsets, kind, namespace),
+                ManagedKind::PodDisruptionBudget => metas_in(&self.pdbs, kind, namespace),
+                ManagedKind::NetworkPolicy => metas_in(&self.network_policies, kind, namespace),
+                ManagedKind::Deployment => metas_in(&self.deployments, kind, namespace),
+                ManagedKind::Certificate | ManagedKind::ServiceMonitor => Vec::new(),
+            });
+        }
+        out
+    }
+
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn statefulset(&self, namespace: &str, name: &str) -> Option<Arc<StatefulSet>> {
+        self.statefulsets
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Pods labelled as belonging to the cluster `name` in `namespace`.
+    pub fn cluster_pods(&self, namespace: &str, name: &str) -> Vec<Arc<Pod>> {
+        self.pods.state_filter(|pod| {
+            pod.namespace().as_deref() == Some(namespace)
+                && pod
+                    .labels()
+                    .get(vko_api::consts::labels::CLUSTER)
+                    .map(String::as_str)
+                    == Some(name)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rendered_kind_is_known_and_round_trips_to_its_resource() {
+        for kind in ManagedKind::WATCHED
+            .iter()
+            .copied()
+            .chain([ManagedKind::Certificate, ManagedKind::ServiceMonitor])
+        {
+            let resource = kind.api_resource();
+            assert_eq!(resource.kind, kind.name());
+            assert_eq!(
+                ManagedKind::of(&resource.api_version, &resource.kind),
+                Some(kind)
+            );
+        }
+        assert_eq!(ManagedKind::of("v1", "Secret"), None);
+    }
+}
