@@ -1070,6 +1070,7 @@ impl PodWorker {
                 }
             }
         };
+        kill_leftover_processes(process.pid());
         let (reason, message) = match shim_failure(&prepared.spec.log_path, info.exit_code) {
             Some(message) => ("StartError".to_string(), Some(message)),
             None => (
@@ -1341,6 +1342,15 @@ impl CrashBackoff {
             }
         }
     }
+}
+
+/// A container's processes end with its main process, as they would in a pid namespace: whatever
+/// is left in its process group (the runtime starts each container as a group leader) is killed.
+fn kill_leftover_processes(pid: u32) {
+    let Ok(raw) = i32::try_from(pid) else { return };
+    // ESRCH (nothing left) is the usual answer. The group id cannot have been reused while any
+    // member lives, and an empty group cannot be signalled.
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(raw), Signal::SIGKILL);
 }
 
 /// How long a container may take to build its namespaces and root before we stop waiting for it.
@@ -1655,6 +1665,43 @@ mod tests {
         // NotFound is an answer, remembered too.
         assert_eq!(EnvObjects::read(&cache, Ok(None), "s", "secret"), Ok(None));
         assert_eq!(EnvObjects::read(&cache, down(), "s", "secret"), Ok(None));
+    }
+
+    #[test]
+    fn leftover_processes_of_a_container_die_with_it() {
+        use std::os::unix::process::CommandExt;
+        // A "container" whose main process leaves a background child behind.
+        let output = std::process::Command::new("sh")
+            .args(["-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let main_pid = output.id();
+        let result = output.wait_with_output().unwrap();
+        let child: u32 = String::from_utf8_lossy(&result.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        let alive = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    stat.rsplit(')')
+                        .next()
+                        .map(|rest| rest.trim_start().to_string())
+                })
+                .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+        };
+        assert!(alive(child), "the background child outlives its parent");
+        kill_leftover_processes(main_pid);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(child) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(child), "the group was killed");
+        // Nothing left: a second call finds no group and does nothing.
+        kill_leftover_processes(main_pid);
     }
 
     #[test]
