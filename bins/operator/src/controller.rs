@@ -755,4 +755,155 @@ mod tests {
         let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, vec!["a", "b"]);
     }
+
+    /// The ForeignObject path against a mock API server (tower-test, the kube-rs controller-rs
+    /// pattern): every request is recorded and answered; the scenario fails if the foreign
+    /// ConfigMap is patched or deleted.
+    mod mock_api {
+        use super::*;
+        use http::{Request, Response};
+        use kube::client::Body;
+        use kube::runtime::reflector::store;
+        use kube::runtime::watcher;
+
+        struct Recorded {
+            method: String,
+            path: String,
+            body: serde_json::Value,
+        }
+
+        fn empty_stores() -> (Stores, reflector::store::Writer<ConfigMap>) {
+            let (config_maps, cm_writer) = store::<ConfigMap>();
+            let stores = Stores {
+                service_accounts: store::<ServiceAccount>().0,
+                roles: store::<Role>().0,
+                role_bindings: store::<RoleBinding>().0,
+                config_maps,
+                services: store::<Service>().0,
+                statefulsets: store::<StatefulSet>().0,
+                pdbs: store::<PodDisruptionBudget>().0,
+                network_policies: store::<NetworkPolicy>().0,
+                deployments: store::<Deployment>().0,
+                pods: store::<Pod>().0,
+                secrets: store::<Secret>().0,
+            };
+            (stores, cm_writer)
+        }
+
+        fn test_valkey() -> Valkey {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1},
+                "spec": {"image": "valkey/valkey:8.0"}
+            }))
+            .unwrap()
+        }
+
+        #[tokio::test]
+        async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let client = kube::Client::new(service, "default");
+            let recorded = Arc::new(Mutex::new(Vec::<Recorded>::new()));
+            let log = recorded.clone();
+            let server = tokio::spawn(async move {
+                while let Some((request, respond)) = handle.next_request().await {
+                    let method = request.method().to_string();
+                    let path = request.uri().path().to_owned();
+                    let bytes = request.into_body().collect_bytes().await.unwrap();
+                    let body: serde_json::Value =
+                        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                    let reply = if path.ends_with("/valkeys/a/status") {
+                        let mut valkey = serde_json::to_value(test_valkey()).unwrap();
+                        valkey["status"] = body["status"].clone();
+                        valkey
+                    } else {
+                        let mut echoed = body.clone();
+                        echoed["metadata"]["uid"] = "new-uid".into();
+                        echoed
+                    };
+                    log.lock().unwrap().push(Recorded { method, path, body });
+                    respond.send_response(
+                        Response::builder()
+                            .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                            .unwrap(),
+                    );
+                }
+            });
+
+            let (stores, mut cm_writer) = empty_stores();
+            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
+                "data": {"note": "hand-made"}
+            }))
+            .unwrap();
+            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
+            let ctx = Arc::new(Context::new(
+                client.clone(),
+                stores,
+                Recorder::new(
+                    client,
+                    kube::runtime::events::Reporter {
+                        controller: "vko-operator".into(),
+                        instance: None,
+                    },
+                ),
+                OperatorConfig {
+                    operator_image: "vko.local/vko:dev".into(),
+                    cluster_domain: "cluster.local".into(),
+                    cert_manager_present: false,
+                    prometheus_operator_present: false,
+                },
+                Arc::new(Metrics::new(None, "test")),
+            ));
+
+            let result = reconcile(Arc::new(test_valkey()), ctx).await;
+            let error = result.expect_err("a foreign object fails the pass");
+            assert_eq!(error.reason(), "ForeignObject");
+            assert!(error.to_string().contains("ConfigMap a-config"), "{error}");
+            server.await.unwrap();
+
+            let recorded = recorded.lock().unwrap();
+            let calls: Vec<String> = recorded
+                .iter()
+                .map(|r| format!("{} {}", r.method, r.path))
+                .collect();
+            assert!(
+                !calls.iter().any(|c| c.ends_with("/configmaps/a-config")),
+                "the foreign ConfigMap was written: {calls:#?}"
+            );
+            // The rest of the pipeline went on: our other objects were applied.
+            for wanted in [
+                "PATCH /api/v1/namespaces/ns/serviceaccounts/a-sidecar",
+                "PATCH /api/v1/namespaces/ns/services/a-rw",
+                "PATCH /api/v1/namespaces/ns/services/a-headless",
+                "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a",
+            ] {
+                assert!(calls.iter().any(|c| c == wanted), "{wanted} missing: {calls:#?}");
+            }
+            let status = recorded
+                .iter()
+                .find(|r| r.path.ends_with("/valkeys/a/status"))
+                .expect("status written");
+            assert_eq!(status.method, "PATCH");
+            let conditions = status.body["status"]["conditions"].as_array().unwrap();
+            let blocked = conditions
+                .iter()
+                .find(|c| c["type"] == "ReconcileBlocked")
+                .unwrap();
+            assert_eq!(blocked["status"], "True");
+            assert_eq!(blocked["reason"], "ForeignObject");
+            assert_eq!(status.body["status"]["phase"], "Error");
+            let event = recorded
+                .iter()
+                .find(|r| r.path.ends_with("/events"))
+                .expect("a Warning Event");
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "ForeignObject");
+            assert!(
+                event.body["note"].as_str().unwrap().contains("delete or rename it"),
+                "{}",
+                event.body
+            );
+        }
+    }
 }
