@@ -63,7 +63,14 @@ impl Keeper {
 
     /// One pass. An error means the local server could not be asked; the next pass reconnects.
     pub async fn tick(&mut self) -> Result<Tick> {
-        let result = self.tick_inner().await;
+        let had_connection = self.local.is_some();
+        let mut result = self.tick_inner().await;
+        if result.is_err() && had_connection {
+            // The kept connection may belong to a server process that is gone (a restart):
+            // try once more on a fresh one before reporting.
+            self.local = None;
+            result = self.tick_inner().await;
+        }
         if result.is_err() {
             self.local = None;
         }

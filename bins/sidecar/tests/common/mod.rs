@@ -1,0 +1,374 @@
+//! Throwaway valkey-server / valkey-sentinel processes on 127.0.0.1 ports 36500..36599, each in
+//! its own temp dir, killed and removed on drop (also when a test panics), plus a fake Pod API
+//! and a writer that counts OK replies.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use vko_sidecar::conf::{self, Identity, RoleLine};
+use vko_sidecar::decide::InstanceRole;
+use vko_sidecar::error::Result as SidecarResult;
+use vko_sidecar::node::Node;
+use vko_sidecar::pod_api::PodApi;
+use vko_sidecar::topology::{Dialer, Discovery, Endpoint, Topology};
+use vko_valkey::{ConnectOptions, SentinelClient, ValkeyClient};
+
+const PORT_BASE: u16 = 36500;
+const PORT_SPAN: u16 = 100;
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+pub const HOST: &str = "127.0.0.1";
+pub const MONITOR: &str = "vkt";
+
+pub fn free_port() -> u16 {
+    for _ in 0..PORT_SPAN {
+        let port = PORT_BASE + NEXT_PORT.fetch_add(1, Ordering::SeqCst) % PORT_SPAN;
+        if TcpListener::bind((HOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORT_BASE}..{}", PORT_BASE + PORT_SPAN);
+}
+
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "vko-sidecar-test-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(program: &str, args: &[&str], dir: &Path, name: &str) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        Proc { child, log }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_listening(port: u16, what: &str, log: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect((HOST, port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} on {port} did not start: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A valkey-server run from an effective config the sidecar code wrote (persistence off).
+/// Field order: the process dies before its dir is removed.
+pub struct Server {
+    pub proc: Proc,
+    pub port: u16,
+    pub dir: TempDir,
+}
+
+impl Server {
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(HOST, self.port)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("valkey.conf")
+    }
+
+    /// Start with `role` as the role line of a config built by `conf::active_config`.
+    pub fn start(role: &RoleLine) -> Server {
+        let dir = TempDir::new("server");
+        let port = free_port();
+        let template = format!(
+            "port {port}\nbind {HOST}\nprotected-mode no\nsave \"\"\nappendonly no\ndir {}\nrepl-diskless-sync no\n",
+            dir.path().display()
+        );
+        let me = Identity {
+            announce_host: HOST,
+            announce_port: port,
+            password: None,
+        };
+        let path = dir.path().join("valkey.conf");
+        conf::write_private(&path, &conf::active_config(&template, &me, role)).unwrap();
+        let proc = Proc::spawn(
+            "valkey-server",
+            &[path.to_str().unwrap()],
+            dir.path(),
+            "valkey",
+        );
+        let server = Server { proc, port, dir };
+        wait_listening(port, "valkey-server", || server.proc.log_text());
+        server
+    }
+
+    /// kill -9 and start again from the same (sidecar-kept) config file, on the same port.
+    pub fn crash_and_restart(&mut self) {
+        self.proc.kill();
+        let path = self.config_path();
+        self.proc = Proc::spawn(
+            "valkey-server",
+            &[path.to_str().unwrap()],
+            self.dir.path(),
+            "valkey",
+        );
+        wait_listening(self.port, "valkey-server", || self.proc.log_text());
+    }
+
+    pub fn opts(&self) -> ConnectOptions {
+        let mut opts = ConnectOptions::new(HOST, self.port);
+        opts.connect_timeout = Duration::from_secs(2);
+        opts.command_timeout = Duration::from_secs(5);
+        opts
+    }
+
+    pub async fn client(&self) -> ValkeyClient {
+        ValkeyClient::connect(&self.opts()).await.unwrap()
+    }
+}
+
+pub struct Sentinel {
+    pub proc: Proc,
+    pub port: u16,
+    pub dir: TempDir,
+}
+
+impl Sentinel {
+    pub fn start(master_port: u16) -> Sentinel {
+        let dir = TempDir::new("sentinel");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind {HOST}\nprotected-mode no\ndir {dir}\n\
+                 sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n\
+                 sentinel announce-ip {HOST}\nsentinel announce-port {port}\n\
+                 sentinel monitor {MONITOR} {HOST} {master_port} 2\n\
+                 sentinel down-after-milliseconds {MONITOR} 5000\n\
+                 sentinel failover-timeout {MONITOR} 10000\n\
+                 sentinel parallel-syncs {MONITOR} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let proc = Proc::spawn(
+            "valkey-sentinel",
+            &[conf.to_str().unwrap()],
+            dir.path(),
+            "sentinel",
+        );
+        let sentinel = Sentinel { proc, port, dir };
+        wait_listening(port, "valkey-sentinel", || sentinel.proc.log_text());
+        sentinel
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(HOST, self.port)
+    }
+
+    pub async fn client(&self) -> SentinelClient {
+        let mut opts = ConnectOptions::new(HOST, self.port);
+        opts.connect_timeout = Duration::from_secs(2);
+        opts.command_timeout = Duration::from_secs(2);
+        SentinelClient::connect(&opts).await.unwrap()
+    }
+}
+
+/// Poll `check` until it yields `Some`, or fail after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Records label patches; answers `is_terminating` from a flag.
+#[derive(Default)]
+pub struct FakePods {
+    pub patches: Mutex<Vec<(String, InstanceRole)>>,
+    pub terminating: AtomicBool,
+}
+
+impl FakePods {
+    pub fn last_label(&self, pod: &str) -> Option<InstanceRole> {
+        self.patches
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(p, _)| p == pod)
+            .map(|(_, r)| *r)
+    }
+}
+
+impl PodApi for FakePods {
+    fn set_role_label<'a>(
+        &'a self,
+        pod: &'a str,
+        role: InstanceRole,
+    ) -> BoxFuture<'a, SidecarResult<()>> {
+        Box::pin(async move {
+            self.patches.lock().unwrap().push((pod.to_owned(), role));
+            Ok(())
+        })
+    }
+    fn is_terminating<'a>(&'a self, _: &'a str) -> BoxFuture<'a, SidecarResult<bool>> {
+        Box::pin(async move { Ok(self.terminating.load(Ordering::SeqCst)) })
+    }
+}
+
+/// The sidecar's view of `server`, its peers and Sentinels.
+pub fn node_for(
+    server: &Server,
+    peers: &[&Server],
+    sentinels: &[&Sentinel],
+    pods: Arc<FakePods>,
+) -> Node {
+    Node {
+        topology: Topology {
+            me: server.endpoint(),
+            local: server.endpoint(),
+            monitor: (!sentinels.is_empty()).then(|| MONITOR.to_owned()),
+            discovery: Discovery::Static {
+                peers: peers.iter().map(|p| p.endpoint()).collect(),
+                sentinels: sentinels.iter().map(|s| s.endpoint()).collect(),
+            },
+            replica_config: server.dir.path().join("no-replica-config"),
+        },
+        dialer: Dialer::new(None, None),
+        pods,
+        my_pod: format!("pod-{}", server.port),
+        active_config: server.config_path(),
+    }
+}
+
+/// What a writer saw.
+#[derive(Debug, Default)]
+pub struct WriterLog {
+    /// Keys whose SET was answered OK.
+    pub acked: Vec<String>,
+    pub errors: u64,
+    /// Longest time between two consecutive OKs.
+    pub max_gap: Duration,
+}
+
+/// Writes `SET k:<i> <i>` as fast as one connection allows until `stop`, re-finding the master
+/// with `find_master` after any error. Counts only OK replies.
+pub async fn writer<F, Fut>(stop: Arc<AtomicBool>, prefix: String, find_master: F) -> WriterLog
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<Endpoint>>,
+{
+    let mut log = WriterLog::default();
+    let mut client: Option<ValkeyClient> = None;
+    let mut last_ok: Option<Instant> = None;
+    let mut i = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        if client.is_none() {
+            if let Some(master) = find_master().await {
+                let mut opts = ConnectOptions::new(master.host.clone(), master.port);
+                opts.connect_timeout = Duration::from_secs(1);
+                opts.command_timeout = Duration::from_secs(5);
+                client = ValkeyClient::connect(&opts).await.ok();
+            }
+            if client.is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        }
+        let Some(c) = client.as_ref() else { continue };
+        let key = format!("{prefix}:{i}");
+        match c.set(&key, i.to_string().as_bytes()).await {
+            Ok(()) => {
+                let now = Instant::now();
+                if let Some(prev) = last_ok {
+                    log.max_gap = log.max_gap.max(now - prev);
+                }
+                last_ok = Some(now);
+                log.acked.push(key);
+            }
+            Err(_) => {
+                log.errors += 1;
+                client = None;
+            }
+        }
+        i += 1;
+    }
+    log
+}
+
+/// How many of `keys` are missing on `server`.
+pub async fn missing(server: &ValkeyClient, keys: &[String]) -> usize {
+    let mut lost = 0;
+    for chunk in keys.chunks(500) {
+        let mut cmd = vec!["EXISTS".to_owned()];
+        cmd.extend(chunk.iter().cloned());
+        let n = server.command(cmd).await.unwrap().as_int().unwrap();
+        lost += chunk.len() - usize::try_from(n).unwrap();
+    }
+    lost
+}
