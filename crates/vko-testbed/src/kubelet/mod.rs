@@ -10,6 +10,7 @@ pub mod provisioner;
 pub mod volumes;
 
 pub mod env;
+pub mod events;
 pub mod images;
 pub mod pods;
 pub mod probes;

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::KubeletConfig;
 use super::dns::Dns;
 use super::env::{self, ConfigError, EnvContext};
+use super::events::{EventType, Recorder, container_field_path};
 use super::images::{self, EXTRA_BIN_MOUNT};
 use super::probes::{self, ProbeEvent, ProbeKind, ProbeTiming, Target};
 use super::status::{self, ContainerRecord, PodRecord, RunState, Termination};
@@ -275,6 +276,18 @@ struct Slot {
     index: usize,
 }
 
+/// The container an event is about: by slot, or (init?, name).
+enum EventTarget {
+    Slot(Slot),
+    Named(bool, String),
+}
+
+impl From<Slot> for EventTarget {
+    fn from(slot: Slot) -> EventTarget {
+        EventTarget::Slot(slot)
+    }
+}
+
 /// What a container needs from its pod once the sandbox exists.
 struct Sandbox {
     net: PodNet,
@@ -293,6 +306,7 @@ struct PodWorker {
     pod_dir: PathBuf,
     stop: watch::Sender<Option<StopRequest>>,
     env_objects: EnvObjects,
+    events: Recorder,
 }
 
 impl PodWorker {
@@ -337,6 +351,7 @@ impl PodWorker {
             observed_generation: pod.metadata.generation,
         };
         let pod_dir = kubelet.config.state_dir.join("pods").join(&key.uid);
+        let events = Recorder::new(kubelet.client.clone(), &pod);
         let (stop, _) = watch::channel(None);
         PodWorker {
             kubelet,
@@ -351,6 +366,7 @@ impl PodWorker {
             pod_dir,
             stop,
             env_objects: EnvObjects::default(),
+            events,
         }
     }
 
@@ -670,6 +686,12 @@ impl PodWorker {
                     // Retries repeat the same failure: log it once per change.
                     if last_failure.as_deref() != Some(failure.message.as_str()) {
                         tracing::info!(pod = %self.key, container = %container.name, reason = failure.reason, "{}", failure.message);
+                        self.container_event(
+                            slot,
+                            EventType::Warning,
+                            "Failed",
+                            &format!("Error: {}: {}", failure.reason, failure.message),
+                        );
                         last_failure = Some(failure.message.clone());
                     }
                     let delay = if failure.reason == "ErrImagePull" {
@@ -722,6 +744,15 @@ impl PodWorker {
                     self.key.uid
                 );
                 tracing::info!(pod = %self.key, container = %container.name, "{message}");
+                self.container_event(
+                    slot,
+                    EventType::Warning,
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        container.name, self.key
+                    ),
+                );
                 self.shared.update_container(slot, |record| {
                     record.last_termination = Some(termination.clone());
                     record.state = RunState::Waiting {
@@ -918,6 +949,12 @@ impl PodWorker {
             tracing::warn!(pod = %self.key, container = %container.name, "the container's root was not ready in {SET_UP_WAIT:?}");
         }
         tracing::info!(pod = %self.key, container = %container.name, attempt, pid = process.pid(), "container started");
+        self.container_event(
+            slot,
+            EventType::Normal,
+            "Started",
+            &format!("Started container {}", container.name),
+        );
         let has_startup = !slot.init && container.startup_probe.is_some();
         let has_readiness = !slot.init && container.readiness_probe.is_some();
         self.shared.update_container(slot, |record| {
@@ -955,6 +992,12 @@ impl PodWorker {
             if let Err(message) = result {
                 tracing::warn!(pod = %self.key, container = %container.name, "PostStartHook failed: {message}");
                 kill_reason = Some(format!("PostStartHook failed: {message}"));
+                self.container_event(
+                    slot,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    &format!("PostStartHook failed: {message}"),
+                );
             }
         }
 
@@ -1001,6 +1044,12 @@ impl PodWorker {
             if stop.borrow_and_update().is_some() && !stopped_by_request {
                 stopped_by_request = true;
                 probe_tasks.abort_all();
+                self.container_event(
+                    slot,
+                    EventType::Normal,
+                    "Killing",
+                    &format!("Stopping container {}", container.name),
+                );
                 let request = (*stop.borrow()).unwrap_or(StopRequest {
                     deadline: Instant::now(),
                     run_pre_stop: false,
@@ -1036,10 +1085,15 @@ impl PodWorker {
                             });
                         }
                         (ProbeKind::Readiness, ready) => {
+                            if !ready {
+                                self.container_event(slot, EventType::Warning, "Unhealthy", &format!("Readiness probe failed: {}", event.message));
+                            }
                             self.shared.update_container(slot, |record| record.ready = ready && record.started);
                         }
                         (ProbeKind::Liveness | ProbeKind::Startup, false) => {
                             tracing::info!(pod = %self.key, container = %container.name, "{} probe failed: restarting the container", event.kind.title());
+                            self.container_event(slot, EventType::Warning, "Unhealthy", &format!("{} probe failed: {}", event.kind.title(), event.message));
+                            self.container_event(slot, EventType::Normal, "Killing", &format!("Container {} failed {} probe, will be restarted", container.name, event.kind.title().to_lowercase()));
                             probe_tasks.abort_all();
                             self.shared.update_container(slot, |record| record.ready = false);
                             let probe = if event.kind == ProbeKind::Liveness { &container.liveness_probe } else { &container.startup_probe };
@@ -1130,6 +1184,7 @@ impl PodWorker {
                     result = probes::run_action(&action, target, budget.max(Duration::from_secs(1))) => {
                         if let Err(message) = result {
                             tracing::info!(pod = %self.key, container = %container.name, "PreStopHook failed: {message}");
+                            self.container_event(EventTarget::Named(false, container.name.clone()), EventType::Warning, "FailedPreStopHook", &format!("PreStopHook failed: {message}"));
                         }
                     }
                     () = tokio::time::sleep_until(request.deadline) => {}
@@ -1143,6 +1198,32 @@ impl PodWorker {
         request
             .deadline
             .max(Instant::now() + MINIMUM_GRACE_AFTER_PRE_STOP)
+    }
+
+    /// An event about one container (`kubectl describe pod` shows it).
+    fn container_event(
+        &self,
+        container: impl Into<EventTarget>,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let target: EventTarget = container.into();
+        let name = match target {
+            EventTarget::Slot(slot) => {
+                let spec = self.pod.spec.as_ref();
+                let list = if slot.init {
+                    spec.and_then(|s| s.init_containers.as_ref())
+                } else {
+                    spec.map(|s| &s.containers)
+                };
+                list.and_then(|list| list.get(slot.index))
+                    .map(|c| (slot.init, c.name.clone()))
+            }
+            EventTarget::Named(init, name) => Some((init, name)),
+        };
+        let field_path = name.map(|(init, name)| container_field_path(init, &name));
+        self.events.record(type_, field_path, reason, message);
     }
 
     fn termination_grace(&self) -> Duration {
