@@ -146,22 +146,48 @@ async fn roll_back<T>(
     Err(SidecarError::Handover { step, detail })
 }
 
-/// Wait until every online replica acknowledged the master's offset. Returns that INFO.
+/// The offset a replica has processed, asked of the replica itself: the master learns it only
+/// from the replica's once-a-second `REPLCONF ACK` (and sends no `GETACK` while writes are
+/// paused), so asking the replica turns a wait of up to a second into milliseconds.
+async fn replica_offset(
+    node: &Node,
+    clients: &mut Vec<(Endpoint, ValkeyClient)>,
+    replica: &Endpoint,
+) -> Option<i64> {
+    if !clients.iter().any(|(ep, _)| ep == replica) {
+        let client = node.dialer.valkey(replica).await.ok()?;
+        clients.push((replica.clone(), client));
+    }
+    let (_, client) = clients.iter().find(|(ep, _)| ep == replica)?;
+    let info = client.info_replication().await.ok()?;
+    info.upstream.map(|u| u.repl_offset)
+}
+
+/// Wait until each replica `which` names (all online ones, or the chosen target) has processed
+/// the master's offset: by the master's view (its ACKs) or the replica's own. Returns that INFO.
 async fn wait_caught_up(
+    node: &Node,
     local: &ValkeyClient,
     deadline: Instant,
     poll: Duration,
     which: impl Fn(&ReplicationInfo) -> Vec<Endpoint>,
 ) -> std::result::Result<ReplicationInfo, String> {
     let started = Instant::now();
+    let mut clients = Vec::new();
     loop {
         let now = info(local).await.map_err(|e| e.to_string())?;
         let wanted = which(&now);
-        let behind: Vec<String> = online(&now)
-            .filter(|r| wanted.contains(&Endpoint::new(r.host.clone(), r.port)))
-            .filter(|r| r.offset < now.master_repl_offset)
-            .map(|r| format!("{}:{} at {}", r.host, r.port, r.offset))
-            .collect();
+        let mut behind = Vec::new();
+        for replica in online(&now) {
+            let ep = Endpoint::new(replica.host.clone(), replica.port);
+            if !wanted.contains(&ep) || replica.offset >= now.master_repl_offset {
+                continue;
+            }
+            let own = replica_offset(node, &mut clients, &ep).await;
+            if own.is_none_or(|offset| offset < now.master_repl_offset) {
+                behind.push(format!("{ep} at {}", own.unwrap_or(replica.offset)));
+            }
+        }
         if !wanted.is_empty() && behind.is_empty() {
             tracing::info!(
                 step = "catch-up",
@@ -170,6 +196,9 @@ async fn wait_caught_up(
                 elapsed_ms = ms(started.elapsed()),
                 "replicas caught up"
             );
+            for (_, client) in clients {
+                client.close().await;
+            }
             return Ok(now);
         }
         if Instant::now() >= deadline {
@@ -197,7 +226,7 @@ async fn with_sentinel(
             .map(|r| Endpoint::new(r.host.clone(), r.port))
             .collect()
     };
-    if let Err(detail) = wait_caught_up(local, deadline, settings.poll, all_online).await {
+    if let Err(detail) = wait_caught_up(node, local, deadline, settings.poll, all_online).await {
         return roll_back(local, started, "catch-up", detail).await;
     }
 
@@ -326,7 +355,7 @@ async fn without_sentinel(
         let target = target.clone();
         move |_: &ReplicationInfo| vec![target.clone()]
     };
-    let caught_up = match wait_caught_up(local, deadline, settings.poll, only_target).await {
+    let caught_up = match wait_caught_up(node, local, deadline, settings.poll, only_target).await {
         Ok(i) => i,
         Err(detail) => return roll_back(local, started, "catch-up", detail).await,
     };

@@ -92,6 +92,7 @@ fn report(name: &str, acked: usize, errors: u64, lost: usize, pause: Duration, g
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn handover_with_sentinel_loses_no_acknowledged_write() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let (master, r1, r2) = three_servers().await;
     let sentinels = three_sentinels(&master).await;
     let pods = Arc::new(FakePods::default());
@@ -161,6 +162,7 @@ async fn handover_with_sentinel_loses_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn handover_without_sentinel_loses_no_acknowledged_write() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let (master, r1, r2) = three_servers().await;
     let pods = Arc::new(FakePods::default());
     let node = node_for(&master, &[&r1, &r2], &[], pods.clone());
@@ -384,4 +386,171 @@ async fn drain_acts_only_when_terminating() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("without an online replica"), "{body}");
     server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_init_follows_the_other_sentinels_not_the_stale_seed() {
+    let master = Server::start(&RoleLine::Master);
+    let replica = Server::start(&RoleLine::ReplicaOf(master.endpoint()));
+    let sentinels: Vec<Sentinel> = (0..2).map(|_| Sentinel::start(master.port)).collect();
+    for s in &sentinels {
+        let c = s.client().await;
+        eventually(
+            "sentinel sees the replica and its peer",
+            Duration::from_secs(40),
+            || async {
+                let m = c.master(MONITOR).await.ok()?;
+                (m.num_replicas == 1 && m.num_other_sentinels == 1).then_some(())
+            },
+        )
+        .await;
+    }
+    // A failover happened while this Sentinel was away: the rendered seed is now stale.
+    sentinels[0].client().await.failover(MONITOR).await.unwrap();
+    for s in &sentinels {
+        let c = s.client().await;
+        eventually(
+            "sentinels name the replica",
+            Duration::from_secs(30),
+            || async {
+                let addr = c.get_master_addr_by_name(MONITOR).await.ok()??;
+                (addr.1 == replica.port).then_some(())
+            },
+        )
+        .await;
+    }
+
+    let dir = common::TempDir::new("sentinel-init");
+    let port = common::free_port();
+    let template = dir.path().join("template.conf");
+    std::fs::write(
+        &template,
+        format!(
+            "port {port}\nbind {HOST}\nsentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n\
+             sentinel monitor {MONITOR} {HOST} {} 2\nsentinel down-after-milliseconds {MONITOR} 5000\n",
+            master.port
+        ),
+    )
+    .unwrap();
+    let output = dir.path().join("sentinel.conf");
+    let init = vko_sidecar::sentinel_init::SentinelInit {
+        template,
+        output: output.clone(),
+        monitor_name: MONITOR.to_owned(),
+        me: Endpoint::new(HOST, port),
+        others: sentinels.iter().map(Sentinel::endpoint).collect(),
+        password: None,
+        sentinel_auth_disabled: false,
+        myid: vko_sidecar::conf::sentinel_myid("vkt-sentinel-2", "test"),
+        attempts: 2,
+        retry_delay: Duration::from_millis(200),
+    };
+    let dialer = vko_sidecar::topology::Dialer::new(None, None);
+    let target = vko_sidecar::sentinel_init::sentinel_init(&dialer, &init)
+        .await
+        .unwrap();
+    assert_eq!(target, Some(replica.endpoint()));
+
+    // The written config starts a Sentinel that monitors the current master under its stable id.
+    let _proc =
+        common::Proc::spawn_for_test("valkey-sentinel", &[output.to_str().unwrap()], dir.path());
+    let mut opts = ConnectOptions::new(HOST, port);
+    opts.connect_timeout = Duration::from_millis(500);
+    let client = eventually("new sentinel answers", Duration::from_secs(10), || async {
+        SentinelClient::connect(&opts).await.ok()
+    })
+    .await;
+    let view = client.master(MONITOR).await.unwrap();
+    assert_eq!((view.host.as_str(), view.port), (HOST, replica.port));
+    // Its peers know it by the stable id (so a restart does not add a peer).
+    let myid = vko_sidecar::conf::sentinel_myid("vkt-sentinel-2", "test");
+    let peer = sentinels[0].client().await;
+    eventually(
+        "peers know the new sentinel by its myid",
+        Duration::from_secs(20),
+        || async {
+            let peers = peer.sentinels(MONITOR).await.ok()?;
+            peers
+                .iter()
+                .any(|p| p.name == myid && p.port == port)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
+    let master = Server::start(&RoleLine::Master);
+    let dir = common::TempDir::new("init");
+    let port = common::free_port();
+    let template = dir.path().join("master.conf");
+    std::fs::write(
+        &template,
+        format!(
+            "port {port}\nbind {HOST}\nprotected-mode no\nsave \"\"\nappendonly no\ndir {}\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    // Without Sentinel the operator's record is the replica config's replicaof line.
+    let replica_config = dir.path().join("replica.conf");
+    std::fs::write(
+        &replica_config,
+        format!("port {port}\nreplicaof {HOST} {}\n", master.port),
+    )
+    .unwrap();
+    let output = dir.path().join("active.conf");
+    let node = vko_sidecar::node::Node {
+        topology: vko_sidecar::topology::Topology {
+            me: Endpoint::new(HOST, port),
+            local: Endpoint::new(HOST, port),
+            monitor: None,
+            discovery: vko_sidecar::topology::Discovery::Static {
+                peers: vec![master.endpoint()],
+                sentinels: vec![],
+            },
+            replica_config,
+        },
+        dialer: vko_sidecar::topology::Dialer::new(None, None),
+        pods: Arc::new(FakePods::default()),
+        my_pod: "pod-new".into(),
+        active_config: output.clone(),
+    };
+    let settings = InitSettings {
+        master_template: template,
+        data_dir: dir.path().to_owned(),
+        attempts: 1,
+        retry_delay: Duration::ZERO,
+    };
+    let password = "p w\"#x\\y";
+    let role = vko_sidecar::init::init(&node, &settings, Some(password))
+        .await
+        .unwrap();
+    assert_eq!(role, RoleLine::ReplicaOf(master.endpoint()));
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&output).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    let _proc =
+        common::Proc::spawn_for_test("valkey-server", &[output.to_str().unwrap()], dir.path());
+    let mut opts = ConnectOptions::new(HOST, port);
+    opts.password = Some(password.to_owned());
+    opts.connect_timeout = Duration::from_millis(500);
+    let client = eventually(
+        "server from the written config",
+        Duration::from_secs(10),
+        || async { ValkeyClient::connect(&opts).await.ok() },
+    )
+    .await;
+    client.ping().await.unwrap();
+    match client.role().await.unwrap() {
+        RoleReply::Replica { master_port, .. } => assert_eq!(master_port, master.port),
+        other => panic!("{other:?}"),
+    }
+    let announced = client.config_get("replica-announce-ip").await.unwrap();
+    assert_eq!(
+        announced.get("replica-announce-ip").map(String::as_str),
+        Some(HOST)
+    );
 }

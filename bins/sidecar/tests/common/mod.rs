@@ -86,6 +86,11 @@ impl Proc {
         Proc { child, log }
     }
 
+    /// Any process, logging to `<dir>/<program>.log`.
+    pub fn spawn_for_test(program: &str, args: &[&str], dir: &Path) -> Proc {
+        Proc::spawn(program, args, dir, program)
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
