@@ -878,7 +878,10 @@ mod tests {
                 "PATCH /api/v1/namespaces/ns/services/a-headless",
                 "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a",
             ] {
-                assert!(calls.iter().any(|c| c == wanted), "{wanted} missing: {calls:#?}");
+                assert!(
+                    calls.iter().any(|c| c == wanted),
+                    "{wanted} missing: {calls:#?}"
+                );
             }
             let status = recorded
                 .iter()
@@ -900,7 +903,10 @@ mod tests {
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "ForeignObject");
             assert!(
-                event.body["note"].as_str().unwrap().contains("delete or rename it"),
+                event.body["note"]
+                    .as_str()
+                    .unwrap()
+                    .contains("delete or rename it"),
                 "{}",
                 event.body
             );

@@ -1,0 +1,409 @@
+//! The operator (a host process with the admin kubeconfig) against the testbed, without relying
+//! on the data pods becoming Ready: every child carries a controller ownerReference and goes with
+//! the CR (the PVC stays); a foreign ConfigMap under a generated name blocks with ForeignObject
+//! and is left untouched; a missing auth Secret holds the StatefulSet back with a condition and a
+//! Warning Event, and the Secret's creation alone brings the reconcile back.
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Resource, ResourceExt};
+use operator_support::{condition, install_crd, operator, wait_for_valkey};
+use vko_api::Valkey;
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn controller_uid<K: Resource>(object: &K) -> Option<String> {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
+async fn warning_events(client: &kube::Client, namespace: &str, regarding: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_are_owned_and_go_with_the_valkey_but_the_pvc_stays() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-owners").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: own}
+spec:
+  replicas: 1
+  image: valkey/valkey:8.0
+  persistence: {enabled: true, size: 16Mi}
+"#,
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "own",
+        "a status with ReconcileBlocked=False",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "False" && reason == "ReconcileSucceeded"
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let uid = valkey.uid().unwrap();
+    let status = valkey.status.clone().unwrap();
+    assert_eq!(
+        status.operator_version.as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(status.observed_generation, valkey.metadata.generation);
+
+    // Every child is controlled by this Valkey.
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let mut owners = BTreeMap::new();
+    owners.insert(
+        "ServiceAccount own-sidecar",
+        controller_uid(&sa.get("own-sidecar").await.unwrap()),
+    );
+    owners.insert(
+        "Role own-sidecar",
+        controller_uid(&roles.get("own-sidecar").await.unwrap()),
+    );
+    owners.insert(
+        "RoleBinding own-sidecar",
+        controller_uid(&bindings.get("own-sidecar").await.unwrap()),
+    );
+    owners.insert(
+        "ConfigMap own-config",
+        controller_uid(&cms.get("own-config").await.unwrap()),
+    );
+    owners.insert(
+        "StatefulSet own",
+        controller_uid(&sts.get("own").await.unwrap()),
+    );
+    let service_list = services.list(&ListParams::default()).await.unwrap().items;
+    let mut service_names: Vec<String> = service_list.iter().map(|s| s.name_any()).collect();
+    service_names.sort();
+    assert_eq!(
+        service_names,
+        ["own-headless", "own-rw"],
+        "a single replica has only -rw and -headless"
+    );
+    for service in &service_list {
+        assert_eq!(
+            controller_uid(service).as_deref(),
+            Some(uid.as_str()),
+            "{}",
+            service.name_any()
+        );
+    }
+    for (what, owner) in &owners {
+        assert_eq!(
+            owner.as_deref(),
+            Some(uid.as_str()),
+            "{what} is not controlled by the Valkey"
+        );
+    }
+    // No replica ConfigMap and no PDB for one replica without Sentinel.
+    assert!(cms.get_opt("own-replica-config").await.unwrap().is_none());
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        pdbs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // The StatefulSet controller creates the pod's claim.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    wait_until("the data PVC", TIMEOUT, || {
+        let pvcs = pvcs.clone();
+        async move {
+            Ok(pvcs
+                .list(&ListParams::default())
+                .await?
+                .items
+                .first()
+                .map(|p| p.name_any()))
+        }
+    })
+    .await
+    .unwrap();
+
+    valkeys
+        .delete("own", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_until("the children to be garbage-collected", TIMEOUT, || {
+        let (sa, cms, services, sts) = (sa.clone(), cms.clone(), services.clone(), sts.clone());
+        async move {
+            let gone = sa.get_opt("own-sidecar").await?.is_none()
+                && cms.get_opt("own-config").await?.is_none()
+                && services
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .is_empty()
+                && sts.get_opt("own").await?.is_none();
+            Ok(gone.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let claims = pvcs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(claims.len(), 1, "the PVC is never touched: {claims:?}");
+    assert!(claims[0].metadata.deletion_timestamp.is_none());
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_config_map_blocks_with_foreign_object_and_stays_untouched() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-foreign").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "fo-config", "labels": {"made-by": "hand"}},
+        "data": {"valkey.conf": "# mine\n"}
+    }))
+    .unwrap();
+    let before = cms.create(&PostParams::default(), &foreign).await.unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: fo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "fo",
+        "ReconcileBlocked=True/ForeignObject",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked")
+                .is_some_and(|(status, reason, _)| status == "True" && reason == "ForeignObject")
+        },
+    )
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&valkey, "ReconcileBlocked").unwrap();
+    assert!(message.contains("ConfigMap fo-config"), "{message}");
+    let status = valkey.status.clone().unwrap();
+    assert_eq!(
+        status.phase.map(|p| p.to_string()).as_deref(),
+        Some("Error")
+    );
+
+    // The rest of the pipeline went on.
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    assert!(services.get_opt("fo-rw").await.unwrap().is_some());
+
+    let events = wait_until("a ForeignObject Warning Event", TIMEOUT, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let events = warning_events(&client, &ns, "fo").await;
+            Ok(events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ForeignObject"))
+                .then_some(events))
+        }
+    })
+    .await
+    .unwrap();
+    let note = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("ForeignObject"))
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert!(
+        note.contains("fo-config") && note.contains("delete or rename"),
+        "{note}"
+    );
+
+    // Several passes later, the foreign object is exactly as it was.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = cms.get("fo-config").await.unwrap();
+    assert_eq!(after.data, before.data);
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert!(after.metadata.owner_references.is_none());
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("ForeignObject"))
+            .count(),
+        1,
+        "one Event per transition, not per pass"
+    );
+
+    // Removing it hands the name over: the operator creates its own and unblocks.
+    cms.delete("fo-config", &DeleteParams::default())
+        .await
+        .unwrap();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "fo",
+        "ReconcileBlocked=False after the foreign object went",
+        Duration::from_secs(120),
+        |v| condition(v, "ReconcileBlocked").is_some_and(|(status, _, _)| status == "False"),
+    )
+    .await
+    .unwrap();
+    let ours = cms.get("fo-config").await.unwrap();
+    assert_eq!(controller_uid(&ours), valkey.uid());
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_auth_secret_holds_the_statefulset_back_until_it_appears() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-secret").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: sec}
+spec:
+  replicas: 1
+  image: valkey/valkey:8.0
+  auth: {secretName: sec-password}
+"#,
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "sec",
+        "ReconcileBlocked=True/SecretMissing",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked")
+                .is_some_and(|(status, reason, _)| status == "True" && reason == "SecretMissing")
+        },
+    )
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&valkey, "ReconcileBlocked").unwrap();
+    assert!(message.contains("sec-password"), "{message}");
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        sts.get_opt("sec").await.unwrap().is_none(),
+        "no StatefulSet without its Secret"
+    );
+    wait_until(
+        "a SecretMissing Warning Event naming the Secret",
+        TIMEOUT,
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let events = warning_events(&client, &ns, "sec").await;
+                Ok(events
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some("SecretMissing")
+                            && e.note
+                                .as_deref()
+                                .is_some_and(|n| n.contains("sec-password"))
+                    })
+                    .then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // Let the backoff grow, so the recovery is the Secret watch's doing rather than a retry.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sec-password"},
+        "stringData": {"password": "s3cret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    wait_for_valkey(
+        &valkeys,
+        "sec",
+        "ReconcileBlocked=False after the Secret appeared",
+        Duration::from_secs(15),
+        |v| condition(v, "ReconcileBlocked").is_some_and(|(status, _, _)| status == "False"),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "recovered {:?} after the Secret was created",
+        started.elapsed()
+    );
+    assert!(
+        sts.get_opt("sec").await.unwrap().is_some(),
+        "the StatefulSet exists now"
+    );
+
+    namespace.cleanup().await.unwrap();
+}

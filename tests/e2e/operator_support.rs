@@ -1,0 +1,219 @@
+//! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one per
+//! test binary, shared by its tests, stopped with SIGTERM when the last test using it ends), and
+//! small helpers to read a `Valkey`'s status.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vko_api::Valkey;
+use vko_testbed::harness::wait_until;
+
+/// Installs (server-side applies) the CRD and waits until it is Established.
+pub async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        vko_api::CRD_NAME,
+        &PatchParams::apply("vko-e2e").force(),
+        &Patch::Apply(&vko_api::crd()),
+    )
+    .await
+    .context("applying the Valkey CRD")?;
+    wait_until(
+        "the Valkey CRD to be Established",
+        Duration::from_secs(60),
+        || {
+            let crds = crds.clone();
+            async move {
+                let crd = crds.get(vko_api::CRD_NAME).await?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+fn operator_binary() -> PathBuf {
+    std::env::var_os("VKO_OPERATOR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/vko-operator")
+        })
+}
+
+struct Shared {
+    users: usize,
+    child: Option<Child>,
+    health_port: u16,
+}
+
+static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
+    users: 0,
+    child: None,
+    health_port: 0,
+});
+
+/// A use of the shared operator process; the process stops when the last guard drops (also on
+/// a panic).
+pub struct OperatorGuard {
+    pub health_port: u16,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts the operator (or joins the running one) and waits until `/readyz` answers 200.
+pub async fn operator() -> anyhow::Result<OperatorGuard> {
+    let port = {
+        let mut shared = OPERATOR.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        if shared.child.is_none() {
+            let binary = operator_binary();
+            if !binary.is_file() {
+                bail!(
+                    "{} does not exist: run `cargo build -p vko-operator` first",
+                    binary.display()
+                );
+            }
+            let port = free_port()?;
+            let log_path =
+                std::env::temp_dir().join(format!("vko-operator-e2e-{}.log", std::process::id()));
+            let log = std::fs::File::create(&log_path)?;
+            let child = Command::new(&binary)
+                .args([
+                    "--health-bind-address",
+                    &format!("127.0.0.1:{port}"),
+                    "--metrics-bind-address",
+                    "0",
+                    "--log-format",
+                    "text",
+                    // Serializes this operator with any other one on the testbed.
+                    "--leader-elect",
+                    "--leader-election-namespace",
+                    "default",
+                ])
+                .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting {}", binary.display()))?;
+            eprintln!("operator pid {} log {}", child.id(), log_path.display());
+            shared.child = Some(child);
+            shared.health_port = port;
+        }
+        shared.users += 1;
+        shared.health_port
+    };
+    let guard = OperatorGuard { health_port: port };
+    wait_until(
+        "the operator's /readyz",
+        Duration::from_secs(120),
+        || async move {
+            Ok(http_status(port, "/readyz")
+                .await
+                .ok()
+                .filter(|s| *s == 200)
+                .map(|_| ()))
+        },
+    )
+    .await?;
+    Ok(guard)
+}
+
+impl Drop for OperatorGuard {
+    fn drop(&mut self) {
+        let Ok(mut shared) = OPERATOR.lock() else {
+            return;
+        };
+        shared.users = shared.users.saturating_sub(1);
+        if shared.users > 0 {
+            return;
+        }
+        if let Some(mut child) = shared.child.take() {
+            // SIGTERM first: the operator gives its Lease up on a graceful stop.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            for _ in 0..100 {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Status code of `GET path` on 127.0.0.1:`port`.
+pub async fn http_status(port: u16, path: &str) -> anyhow::Result<u16> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .context("no HTTP status line")
+}
+
+/// The condition `type_` of a Valkey: (status, reason, message).
+pub fn condition(valkey: &Valkey, type_: &str) -> Option<(String, String, String)> {
+    valkey
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the named Valkey satisfies `check`.
+pub async fn wait_for_valkey(
+    api: &Api<Valkey>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Valkey) -> bool,
+) -> anyhow::Result<Valkey> {
+    let check = &check;
+    let found = wait_until(what, timeout, || {
+        let api = api.clone();
+        async move {
+            let valkey = api.get(name).await?;
+            Ok(check(&valkey).then_some(valkey))
+        }
+    })
+    .await;
+    match found {
+        Ok(valkey) => Ok(valkey),
+        Err(error) => {
+            let last = api.get(name).await.ok().and_then(|v| v.status);
+            bail!("{error}; last status: {last:#?}")
+        }
+    }
+}
