@@ -62,6 +62,16 @@ impl Dialer {
     }
 
     fn options(&self, dial: &Endpoint, tls_name: &str, password: bool) -> Result<ConnectOptions> {
+        self.options_with(dial, tls_name, password, true)
+    }
+
+    fn options_with(
+        &self,
+        dial: &Endpoint,
+        tls_name: &str,
+        password: bool,
+        client_cert: bool,
+    ) -> Result<ConnectOptions> {
         let mut opts = ConnectOptions::new(dial.host.clone(), dial.port);
         opts.connect_timeout = self.connect_timeout;
         opts.command_timeout = self.command_timeout;
@@ -72,8 +82,18 @@ impl Dialer {
             let read = |p: &PathBuf| std::fs::read(p).map_err(SidecarError::file(p));
             opts.tls = Some(TlsOptions {
                 ca_pem: read(&files.ca)?,
-                client_cert_pem: files.cert.as_ref().map(read).transpose()?,
-                client_key_pem: files.key.as_ref().map(read).transpose()?,
+                client_cert_pem: files
+                    .cert
+                    .as_ref()
+                    .filter(|_| client_cert)
+                    .map(read)
+                    .transpose()?,
+                client_key_pem: files
+                    .key
+                    .as_ref()
+                    .filter(|_| client_cert)
+                    .map(read)
+                    .transpose()?,
                 server_name: Some(tls_name.to_owned()),
             });
         }
@@ -87,27 +107,58 @@ impl Dialer {
 
     /// A valkey-server dialled at `dial`, its certificate verified against `tls_name` (the pod's
     /// own server through 127.0.0.1).
+    ///
+    /// The servers run `tls-auth-clients optional`, yet verify a certificate that is presented;
+    /// a pod certificate without the `clientAuth` usage (a user-provided Secret) is refused
+    /// then, so the handshake is retried once without presenting it.
     pub async fn valkey_via(&self, dial: &Endpoint, tls_name: &str) -> Result<ValkeyClient> {
         let opts = self.options(dial, tls_name, true)?;
-        ValkeyClient::connect(&opts)
-            .await
-            .map_err(SidecarError::valkey(format!("connect to {dial}")))
+        match ValkeyClient::connect(&opts).await {
+            Err(e)
+                if e.reason() == "Tls"
+                    && opts
+                        .tls
+                        .as_ref()
+                        .is_some_and(|t| t.client_cert_pem.is_some()) =>
+            {
+                tracing::debug!(%dial, error = %e, "TLS refused with the client certificate; retrying without");
+                let opts = self.options_with(dial, tls_name, true, false)?;
+                ValkeyClient::connect(&opts)
+                    .await
+                    .map_err(SidecarError::valkey(format!("connect to {dial}")))
+            }
+            result => result.map_err(SidecarError::valkey(format!("connect to {dial}"))),
+        }
     }
 
     /// A Sentinel. With the password first; a Sentinel whose own auth is disabled refuses AUTH
-    /// ("called without any password configured"), so then without.
+    /// ("called without any password configured"), so then without. A refused client
+    /// certificate is retried without it, as for `valkey_via`.
     pub async fn sentinel(&self, ep: &Endpoint) -> Result<SentinelClient> {
-        let opts = self.options(ep, &ep.host, true)?;
-        match SentinelClient::connect(&opts).await {
-            Ok(client) => Ok(client),
-            Err(e) if self.password.is_some() && refused_auth(&e) => {
-                let opts = self.options(ep, &ep.host, false)?;
-                SentinelClient::connect(&opts)
-                    .await
-                    .map_err(SidecarError::valkey(format!("connect to sentinel {ep}")))
+        let has_cert = self.tls.as_ref().is_some_and(|t| t.cert.is_some());
+        let mut last = None;
+        for (password, cert) in [(true, true), (false, true), (true, false), (false, false)] {
+            if (!password && self.password.is_none()) || (!cert && !has_cert) {
+                continue;
             }
-            Err(e) => Err(SidecarError::valkey(format!("connect to sentinel {ep}"))(e)),
+            let opts = self.options_with(ep, &ep.host, password, cert)?;
+            match SentinelClient::connect(&opts).await {
+                Ok(client) => return Ok(client),
+                Err(e) => {
+                    let retry = refused_auth(&e) || e.reason() == "Tls";
+                    last = Some(e);
+                    if !retry {
+                        break;
+                    }
+                }
+            }
         }
+        Err(SidecarError::Valkey {
+            what: format!("connect to sentinel {ep}"),
+            source: last.unwrap_or_else(|| {
+                vko_valkey::Error::InvalidOptions("no connection attempt".into())
+            }),
+        })
     }
 }
 

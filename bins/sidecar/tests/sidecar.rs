@@ -554,3 +554,15 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
         Some(HOST)
     );
 }
+
+/// `sentinel.disableAuth`: Sentinel takes no password while the data tier does; the sidecar and
+/// init get no flag for it, so the dialer falls back to no AUTH when Sentinel refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_without_auth_is_reached_by_a_dialer_with_a_password() {
+    let master = Server::start(&RoleLine::Master);
+    let sentinel = Sentinel::start(master.port);
+    let dialer = vko_sidecar::topology::Dialer::new(Some("secret".into()), None);
+    let client = dialer.sentinel(&sentinel.endpoint()).await.unwrap();
+    let view = client.master(MONITOR).await.unwrap();
+    assert_eq!(view.port, master.port);
+}
