@@ -1,0 +1,124 @@
+//! Three data pods without Sentinel: the operator is the master authority (ADR 0005). The cluster
+//! reaches OK with one master; when the master's valkey-server crashes (SIGKILL; the testbed
+//! restarts it in place, into the hold) the operator promotes the most caught-up replica, records
+//! it in `status.masterPod`, and a write acknowledged before the crash is still there.
+//!
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use operator_support::{install_crd, operator, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
+
+/// SIGKILLs the valkey-server running in `pod`'s network namespace.
+async fn kill_valkey_server(client: &kube::Client, namespace: &str, pod: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let uid = pods.get(pod).await.unwrap().metadata.uid.unwrap();
+    let netns = format!("vkotb-{}", &uid.replace('-', "")[..12]);
+    let pids = Command::new("pgrep")
+        .args(["-x", "valkey-server"])
+        .output()
+        .unwrap();
+    let mut killed = 0;
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let identify = Command::new("ip")
+            .args(["netns", "identify", pid])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&identify.stdout).trim() == netns {
+            Command::new("kill").args(["-KILL", pid]).status().unwrap();
+            killed += 1;
+        }
+    }
+    assert_eq!(killed, 1, "exactly one valkey-server in {netns}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-trio").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let ok = |v: &Valkey| {
+        v.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
+    };
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "trio",
+        "3 ready and OK",
+        Duration::from_secs(180),
+        ok,
+    )
+    .await
+    .unwrap();
+    let old_master = valkey.status.unwrap().master_pod.unwrap();
+
+    let ip = pod_ip(&client, &ns, &old_master).await.unwrap();
+    assert_eq!(
+        valkey_cli(&ip, &["SET", "before-crash", "kept"])
+            .await
+            .unwrap()
+            .trim(),
+        "OK"
+    );
+    // Acknowledged by both replicas before the crash.
+    assert_eq!(
+        valkey_cli(&ip, &["WAIT", "2", "5000"])
+            .await
+            .unwrap()
+            .trim(),
+        "2"
+    );
+
+    kill_valkey_server(&client, &ns, &old_master).await;
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "trio",
+        "a new master recorded and the cluster OK again",
+        Duration::from_secs(120),
+        |v| {
+            ok(v)
+                && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
+                    != Some(old_master.as_str())
+        },
+    )
+    .await
+    .unwrap();
+    let new_master = valkey.status.unwrap().master_pod.unwrap();
+    let ip = pod_ip(&client, &ns, &new_master).await.unwrap();
+    let role = valkey_cli(&ip, &["ROLE"]).await.unwrap();
+    assert!(role.starts_with("master"), "{new_master}: {role}");
+    assert_eq!(
+        valkey_cli(&ip, &["GET", "before-crash"])
+            .await
+            .unwrap()
+            .trim(),
+        "kept"
+    );
+    // The restarted former master follows the new one instead of serving empty.
+    let old_ip = pod_ip(&client, &ns, &old_master).await.unwrap();
+    let old_role = valkey_cli(&old_ip, &["ROLE"]).await.unwrap();
+    assert!(old_role.starts_with("slave"), "{old_master}: {old_role}");
+
+    namespace.cleanup().await.unwrap();
+}
