@@ -172,6 +172,7 @@ impl ClusterArgs {
             monitor: self.sentinel_monitor.clone(),
             discovery: Discovery::Dns(names),
             replica_config,
+            sentinel_cache: Default::default(),
         })
     }
 }

@@ -2,7 +2,8 @@
 //! explicitly in tests), how to dial them, and what they report.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use vko_valkey::parse::ReplicationRole;
@@ -271,7 +272,17 @@ pub struct Topology {
     pub discovery: Discovery,
     /// The replica config template (the operator's recorded master without Sentinel).
     pub replica_config: PathBuf,
+    /// The last non-empty Sentinel list and when it was found: the loop asks Sentinel every
+    /// second while master, and the set of Sentinel pods rarely changes.
+    pub sentinel_cache: SentinelCache,
 }
+
+/// A short-lived cache of the discovered Sentinels.
+#[derive(Debug, Clone, Default)]
+pub struct SentinelCache(Arc<Mutex<Option<(Instant, Vec<Endpoint>)>>>);
+
+/// How long a discovered Sentinel list is reused.
+const SENTINEL_CACHE_TTL: Duration = Duration::from_secs(10);
 
 impl Topology {
     pub fn sentinel_enabled(&self) -> bool {
@@ -295,7 +306,19 @@ impl Topology {
 
     /// The Sentinels that exist now.
     pub async fn sentinels(&self) -> Vec<Endpoint> {
-        sentinels_of(&self.discovery).await
+        if let Ok(cache) = self.sentinel_cache.0.lock()
+            && let Some((at, list)) = cache.as_ref()
+            && at.elapsed() < SENTINEL_CACHE_TTL
+        {
+            return list.clone();
+        }
+        let found = sentinels_of(&self.discovery).await;
+        if !found.is_empty()
+            && let Ok(mut cache) = self.sentinel_cache.0.lock()
+        {
+            *cache = Some((Instant::now(), found.clone()));
+        }
+        found
     }
 
     /// The pod behind an announced endpoint (for label patches), if it is one of ours.
@@ -473,6 +496,7 @@ mod tests {
             monitor: Some("vk".into()),
             discovery: Discovery::Dns(names),
             replica_config: PathBuf::from("/nonexistent"),
+            sentinel_cache: SentinelCache::default(),
         };
         assert_eq!(
             topo.pod_of(&Endpoint::new(
@@ -521,6 +545,7 @@ mod tests {
             monitor: None,
             discovery: Discovery::Dns(names),
             replica_config: PathBuf::from("/nonexistent"),
+            sentinel_cache: SentinelCache::default(),
         };
         assert!(topo.peers().await.is_empty());
         assert!(topo.sentinels().await.is_empty());

@@ -511,6 +511,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
                 sentinels: vec![],
             },
             replica_config,
+            sentinel_cache: Default::default(),
         },
         dialer: vko_sidecar::topology::Dialer::new(None, None),
         pods: Arc::new(FakePods::default()),

@@ -144,6 +144,7 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
                 sentinels: vec![],
             },
             replica_config: dir.path().join("none"),
+            sentinel_cache: Default::default(),
         },
         dialer: Dialer::new(
             None,

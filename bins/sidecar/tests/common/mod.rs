@@ -303,6 +303,7 @@ pub fn node_for(
                 sentinels: sentinels.iter().map(|s| s.endpoint()).collect(),
             },
             replica_config: server.dir.path().join("no-replica-config"),
+            sentinel_cache: Default::default(),
         },
         dialer: Dialer::new(None, None),
         pods,
