@@ -279,7 +279,10 @@ pub struct Topology {
 
 /// A short-lived cache of the discovered Sentinels.
 #[derive(Debug, Clone, Default)]
-pub struct SentinelCache(Arc<Mutex<Option<(Instant, Vec<Endpoint>)>>>);
+pub struct SentinelCache(Arc<Mutex<Option<Discovered>>>);
+
+/// When a Sentinel list was found, and the list.
+type Discovered = (Instant, Vec<Endpoint>);
 
 /// How long a discovered Sentinel list is reused.
 const SENTINEL_CACHE_TTL: Duration = Duration::from_secs(10);
