@@ -18,26 +18,35 @@ use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
 
 /// SIGKILLs the valkey-server running in `pod`'s network namespace.
-async fn kill_valkey_server(client: &kube::Client, namespace: &str, pod: &str) {
+async fn kill_valkey_server(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let uid = pods.get(pod).await.unwrap().metadata.uid.unwrap();
-    let netns = format!("vkotb-{}", &uid.replace('-', "")[..12]);
+    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
+    let netns = format!(
+        "vkotb-{}",
+        uid.replace('-', "").get(..12).unwrap_or_default()
+    );
     let pids = Command::new("pgrep")
         .args(["-x", "valkey-server"])
-        .output()
-        .unwrap();
+        .output()?;
     let mut killed = 0;
     for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
         let identify = Command::new("ip")
             .args(["netns", "identify", pid])
-            .output()
-            .unwrap();
+            .output()?;
         if String::from_utf8_lossy(&identify.stdout).trim() == netns {
-            Command::new("kill").args(["-KILL", pid]).status().unwrap();
+            Command::new("kill").args(["-KILL", pid]).status()?;
             killed += 1;
         }
     }
-    assert_eq!(killed, 1, "exactly one valkey-server in {netns}");
+    anyhow::ensure!(
+        killed == 1,
+        "expected exactly one valkey-server in {netns}, killed {killed}"
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +99,7 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
         "2"
     );
 
-    kill_valkey_server(&client, &ns, &old_master).await;
+    kill_valkey_server(&client, &ns, &old_master).await.unwrap();
     let valkey = wait_for_valkey(
         &valkeys,
         "trio",

@@ -174,12 +174,15 @@ fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<
     Ok(view)
 }
 
+/// (kind, name) of objects in one namespace.
+type ObjectKeys = BTreeSet<(ManagedKind, String)>;
+
 /// Step 3 helper: the rendered objects to apply and the names held back on purpose.
 fn desired_objects(
     rendered: &vko_render::Rendered,
     hold_statefulsets: bool,
-) -> Result<(Vec<DesiredObject>, BTreeSet<(ManagedKind, String)>), Error> {
-    let mut keep: BTreeSet<(ManagedKind, String)> = rendered
+) -> Result<(Vec<DesiredObject>, ObjectKeys), Error> {
+    let mut keep: ObjectKeys = rendered
         .skipped
         .iter()
         .filter(|skipped| skipped.reason == SkipReason::TlsMaterialUnknown)

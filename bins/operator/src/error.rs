@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn problems_that_need_a_human_are_reported_first() {
-        let mut problems = vec![
+        let mut problems = [
             Error::WriteFailed {
                 kind: "Service".into(),
                 name: "a-rw".into(),

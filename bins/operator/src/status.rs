@@ -258,7 +258,7 @@ pub struct EventSpec {
     pub note: String,
 }
 
-fn find<'a>(status: Option<&'a ValkeyStatus>, type_: ConditionType) -> Option<&'a Condition> {
+fn find(status: Option<&ValkeyStatus>, type_: ConditionType) -> Option<&Condition> {
     status?
         .conditions
         .as_ref()?
