@@ -60,12 +60,14 @@ struct Shared {
     users: usize,
     child: Option<Child>,
     health_port: u16,
+    log_path: Option<PathBuf>,
 }
 
 static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
     users: 0,
     child: None,
     health_port: 0,
+    log_path: None,
 });
 
 /// A use of the shared operator process; the process stops when the last guard drops (also on
@@ -115,6 +117,7 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
                 .with_context(|| format!("starting {}", binary.display()))?;
             eprintln!("operator pid {} log {}", child.id(), log_path.display());
             shared.child = Some(child);
+            shared.log_path = Some(log_path);
             shared.health_port = port;
         }
         shared.users += 1;
@@ -144,6 +147,12 @@ impl Drop for OperatorGuard {
         shared.users = shared.users.saturating_sub(1);
         if shared.users > 0 {
             return;
+        }
+        // The log stays only when a test failed (it is named on stderr at start).
+        if let Some(log_path) = shared.log_path.take()
+            && !std::thread::panicking()
+        {
+            let _ = std::fs::remove_file(log_path);
         }
         if let Some(mut child) = shared.child.take() {
             // SIGTERM first: the operator gives its Lease up on a graceful stop.
