@@ -89,6 +89,7 @@ impl Steps {
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Never take down a testbed someone is using: the run ends with `testbed down`.
     testbed::refuse_if_running(&Paths::from_env())?;
+    let mut foreign_testbed = false;
     let mut steps = Steps {
         started: Instant::now(),
         results: Vec::new(),
@@ -111,6 +112,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             });
         }
         let testbed_up = steps.run("testbed up", || {
+            // Someone started a testbed while we were building: leave it alone (no `down` below).
+            if let Err(error) = testbed::refuse_if_running(&Paths::from_env()) {
+                foreign_testbed = true;
+                return Err(error);
+            }
             let elapsed = testbed::start_built(&Paths::from_env())?;
             println!("testbed ready in {}", format_duration(elapsed));
             Ok(())
@@ -127,8 +133,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         steps.skip("tests", "the build did not complete");
     }
     // Always, whatever happened above: a leftover from any run fails it.
-    steps.run("testbed down", testbed::down);
-    steps.run("check that nothing was left behind", testbed::check_clean);
+    if foreign_testbed {
+        steps.skip("testbed down", "the running testbed is not ours");
+    } else {
+        steps.run("testbed down", testbed::down);
+        steps.run("check that nothing was left behind", testbed::check_clean);
+    }
 
     println!();
     println!(
