@@ -76,6 +76,9 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// The operator image name the operator renders by default (`--operator-image` of `vko-operator`).
+const OPERATOR_IMAGE: &str = "vko.local/vko";
+
 fn supervisor_binary() -> PathBuf {
     target_dir().join("debug").join("vko-testbed")
 }
@@ -180,6 +183,13 @@ fn start_supervisor(paths: &Paths) -> anyhow::Result<Duration> {
         .arg(paths.state_dir())
         .arg("--bin-dir")
         .arg(paths::bin_dir())
+        // The operator image of the rendered pods (sidecar, init, observer) runs this workspace's
+        // freshly built binaries.
+        .arg("--image")
+        .arg(format!(
+            "{OPERATOR_IMAGE}={}",
+            target_dir().join("debug").display()
+        ))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)
