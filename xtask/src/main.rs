@@ -1,6 +1,7 @@
-//! Project automation: `cargo xtask gen-crd | testbed | test | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | test | demo | bench`.
 
 mod bench;
+mod demo;
 mod gen_crd;
 mod test;
 mod testbed;
@@ -22,6 +23,8 @@ enum Command {
     Testbed(testbed::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
+    /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
+    Demo(demo::Args),
     /// Benchmarks that print reports.
     Bench(bench::Args),
 }
@@ -31,6 +34,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCrd(args) => gen_crd::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Test(args) => test::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
     }
 }

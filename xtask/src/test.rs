@@ -186,7 +186,7 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Installs what the tests need, only when something is missing.
-fn install_prerequisites() -> anyhow::Result<()> {
+pub fn install_prerequisites() -> anyhow::Result<()> {
     let missing: Vec<(&str, &str)> = REQUIRED_COMMANDS
         .iter()
         .copied()
