@@ -1,0 +1,513 @@
+//! Shared by the Sentinel HA end-to-end tests: a minimal RESP client (the tests need exact replies
+//! and thousands of commands, so no `valkey-cli` process per command), pod-name/FQDN → pod-IP
+//! resolution, the master as Sentinel names it, writers that record every acknowledged key, and
+//! the valkey-server SIGKILL of a pod.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+pub const VALKEY_PORT: u16 = 6379;
+pub const SENTINEL_PORT: u16 = 26379;
+pub const ROLE_LABEL: &str = "vko.gtrfc.com/instanceRole";
+
+/// A RESP2 reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<String>),
+    Array(Option<Vec<Reply>>),
+}
+
+impl Reply {
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Reply::Simple(s) | Reply::Bulk(Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn items(&self) -> &[Reply] {
+        match self {
+            Reply::Array(Some(items)) => items,
+            _ => &[],
+        }
+    }
+
+    /// A flat `[key, value, key, value…]` array (SENTINEL MASTER and each entry of REPLICAS /
+    /// SENTINELS) as a map.
+    pub fn as_map(&self) -> BTreeMap<String, String> {
+        self.items()
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [k, v] => Some((k.text()?.to_owned(), v.text()?.to_owned())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every string inside the reply, recursively (for the "no IP address" check).
+    pub fn strings(&self) -> Vec<String> {
+        match self {
+            Reply::Simple(s) | Reply::Error(s) | Reply::Bulk(Some(s)) => vec![s.clone()],
+            Reply::Int(i) => vec![i.to_string()],
+            Reply::Bulk(None) | Reply::Array(None) => vec![],
+            Reply::Array(Some(items)) => items.iter().flat_map(Reply::strings).collect(),
+        }
+    }
+}
+
+/// One connection to a Valkey or Sentinel.
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+    timeout: Duration,
+}
+
+impl Conn {
+    pub async fn connect(ip: &str, port: u16, timeout: Duration) -> anyhow::Result<Conn> {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect((ip, port)))
+            .await
+            .with_context(|| format!("connecting to {ip}:{port} timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            reader: BufReader::new(stream),
+            timeout,
+        })
+    }
+
+    /// Sends one command and reads its reply (an `Error` reply is `Ok(Reply::Error)`).
+    pub async fn call(&mut self, args: &[&str]) -> anyhow::Result<Reply> {
+        let mut request = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            request.extend_from_slice(arg.as_bytes());
+            request.extend_from_slice(b"\r\n");
+        }
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, async {
+            self.reader.get_mut().write_all(&request).await?;
+            read_reply(&mut self.reader).await
+        })
+        .await
+        .with_context(|| format!("{} timed out", args.join(" ")))?
+    }
+}
+
+fn read_reply(
+    reader: &mut BufReader<TcpStream>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Reply>> + Send + '_>> {
+    Box::pin(async move {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 {
+            bail!("connection closed");
+        }
+        let line = line.trim_end_matches("\r\n");
+        let (kind, rest) = line.split_at(1.min(line.len()));
+        Ok(match kind {
+            "+" => Reply::Simple(rest.to_owned()),
+            "-" => Reply::Error(rest.to_owned()),
+            ":" => Reply::Int(rest.parse()?),
+            "$" => {
+                let len: i64 = rest.parse()?;
+                if len < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut data = vec![0; usize::try_from(len)? + 2];
+                    reader.read_exact(&mut data).await?;
+                    data.truncate(data.len() - 2);
+                    Reply::Bulk(Some(String::from_utf8_lossy(&data).into_owned()))
+                }
+            }
+            "*" => {
+                let len: i64 = rest.parse()?;
+                if len < 0 {
+                    Reply::Array(None)
+                } else {
+                    let mut items = Vec::new();
+                    for _ in 0..len {
+                        items.push(read_reply(reader).await?);
+                    }
+                    Reply::Array(Some(items))
+                }
+            }
+            other => bail!("unexpected RESP type {other:?} in {line:?}"),
+        })
+    })
+}
+
+/// One command on a fresh connection.
+pub async fn call(ip: &str, port: u16, args: &[&str]) -> anyhow::Result<Reply> {
+    Conn::connect(ip, port, Duration::from_secs(5))
+        .await?
+        .call(args)
+        .await
+}
+
+/// `INFO <section>` as a text.
+pub async fn info(ip: &str, section: &str) -> anyhow::Result<String> {
+    let reply = call(ip, VALKEY_PORT, &["INFO", section]).await?;
+    reply
+        .text()
+        .map(str::to_owned)
+        .with_context(|| format!("INFO {section}: {reply:?}"))
+}
+
+/// The value of `field:` in an INFO text.
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Whether `text` contains a dotted-quad IPv4 address.
+pub fn contains_ipv4(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        if bytes[start].is_ascii_digit() && (start == 0 || !bytes[start - 1].is_ascii_digit()) {
+            let mut i = start;
+            let mut groups = 0;
+            loop {
+                let group_start = i;
+                while i < bytes.len() && bytes[i].is_ascii_digit() && i - group_start < 3 {
+                    i += 1;
+                }
+                if i == group_start {
+                    break;
+                }
+                groups += 1;
+                if groups == 4 {
+                    return true;
+                }
+                if i < bytes.len() && bytes[i] == b'.' {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        start += 1;
+    }
+    false
+}
+
+/// The pods of the namespace: name → (IP, uid, labels); FQDNs resolve through [`Pods::ip_of_host`].
+#[derive(Clone, Debug, Default)]
+pub struct Pods {
+    pub by_name: BTreeMap<String, Pod>,
+}
+
+impl Pods {
+    pub async fn list(client: &kube::Client, ns: &str) -> anyhow::Result<Pods> {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let by_name = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|p| (p.name_any(), p))
+            .collect();
+        Ok(Pods { by_name })
+    }
+
+    pub fn ip(&self, pod: &str) -> Option<String> {
+        self.by_name.get(pod)?.status.as_ref()?.pod_ip.clone()
+    }
+
+    /// `<pod>.<service>.<ns>.svc.cluster.local` (or a bare pod name) → pod IP.
+    pub fn ip_of_host(&self, host: &str) -> Option<String> {
+        let pod = host.split('.').next()?;
+        self.ip(pod)
+    }
+
+    pub fn names_with_prefix(&self, prefix: &str) -> Vec<String> {
+        self.by_name
+            .keys()
+            .filter(|n| {
+                n.strip_prefix(prefix)
+                    .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// The master host name as the first Sentinel that answers names it.
+pub async fn sentinel_master_host(pods: &Pods, valkey: &str) -> anyhow::Result<String> {
+    let mut last = None;
+    for sentinel in pods.names_with_prefix(&format!("{valkey}-sentinel-")) {
+        let Some(ip) = pods.ip(&sentinel) else {
+            continue;
+        };
+        match call(
+            &ip,
+            SENTINEL_PORT,
+            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", valkey],
+        )
+        .await
+        {
+            Ok(reply) => {
+                if let Some(host) = reply.items().first().and_then(Reply::text) {
+                    return Ok(host.to_owned());
+                }
+                last = Some(format!("{sentinel}: {reply:?}"));
+            }
+            Err(error) => last = Some(format!("{sentinel}: {error}")),
+        }
+    }
+    bail!("no Sentinel named the master (last: {last:?})")
+}
+
+/// Ready endpoint pod names of Service `service`.
+pub async fn endpoint_pods(
+    client: &kube::Client,
+    ns: &str,
+    service: &str,
+) -> anyhow::Result<Vec<String>> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let list = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await?;
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// SIGKILLs the valkey-server running in `pod`'s network namespace.
+pub async fn kill_valkey_server(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
+    let netns = format!(
+        "vkotb-{}",
+        uid.replace('-', "").get(..12).unwrap_or_default()
+    );
+    let pids = Command::new("ip")
+        .args(["netns", "pids", &netns])
+        .output()?;
+    let mut killed = 0;
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "valkey-server" {
+            Command::new("kill").args(["-KILL", pid]).status()?;
+            killed += 1;
+        }
+    }
+    anyhow::ensure!(
+        killed == 1,
+        "expected exactly one valkey-server in {netns}, killed {killed}"
+    );
+    Ok(())
+}
+
+/// What a writer recorded.
+#[derive(Debug, Default)]
+pub struct WriteLog {
+    /// Keys the server answered OK to.
+    pub acked: Vec<String>,
+    /// Keys whose `WAIT` reached the wanted number of replicas (confirming writers only).
+    pub confirmed: Vec<String>,
+    /// When each OK arrived.
+    pub ok_times: Vec<Instant>,
+    /// Errors seen (first few), for the report.
+    pub errors: Vec<String>,
+    pub error_count: usize,
+}
+
+impl WriteLog {
+    /// The longest time between two consecutive OKs.
+    pub fn longest_gap(&self) -> Duration {
+        self.ok_times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// A writer task: plain `SET` to whoever Sentinel names master, re-resolving on any error; with
+/// `wait_replicas`, every OK is followed by `WAIT <n> 1000` and counted as confirmed when it
+/// reaches `n`.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    pub fn start(
+        client: kube::Client,
+        ns: String,
+        valkey: String,
+        prefix: String,
+        wait_replicas: Option<u32>,
+    ) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(WriteLog::default()));
+        let task = tokio::spawn(write_loop(
+            client,
+            ns,
+            valkey,
+            prefix,
+            wait_replicas,
+            stop.clone(),
+            log.clone(),
+        ));
+        Writer { stop, log, task }
+    }
+
+    pub async fn acked(&self) -> usize {
+        self.log.lock().await.acked.len()
+    }
+
+    pub async fn confirmed(&self) -> usize {
+        self.log.lock().await.confirmed.len()
+    }
+
+    pub async fn stop(self) -> WriteLog {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.task.await;
+        match Arc::try_unwrap(self.log) {
+            Ok(log) => log.into_inner(),
+            Err(log) => std::mem::take(&mut *log.lock().await),
+        }
+    }
+}
+
+async fn write_loop(
+    client: kube::Client,
+    ns: String,
+    valkey: String,
+    prefix: String,
+    wait_replicas: Option<u32>,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+) {
+    let mut sequence = 0u64;
+    let mut conn: Option<Conn> = None;
+    let wait_arg = wait_replicas.map(|n| n.to_string());
+    while !stop.load(Ordering::SeqCst) {
+        if conn.is_none() {
+            let resolved = async {
+                let pods = Pods::list(&client, &ns).await?;
+                let host = sentinel_master_host(&pods, &valkey).await?;
+                let ip = pods
+                    .ip_of_host(&host)
+                    .with_context(|| format!("no pod IP for {host}"))?;
+                Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(10)).await
+            }
+            .await;
+            match resolved {
+                Ok(c) => conn = Some(c),
+                Err(error) => {
+                    note_error(&log, format!("resolve: {error:#}")).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        sequence += 1;
+        let key = format!("{prefix}:{sequence}");
+        match c.call(&["SET", &key, "v"]).await {
+            Ok(Reply::Simple(ok)) if ok == "OK" => {
+                {
+                    let mut log = log.lock().await;
+                    log.acked.push(key.clone());
+                    log.ok_times.push(Instant::now());
+                }
+                if let Some(wait_arg) = &wait_arg {
+                    match c.call(&["WAIT", wait_arg, "1000"]).await {
+                        Ok(Reply::Int(n)) if n >= i64::from(wait_replicas.unwrap_or(0)) => {
+                            log.lock().await.confirmed.push(key);
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            note_error(&log, format!("WAIT: {error:#}")).await;
+                            conn = None;
+                        }
+                    }
+                }
+            }
+            Ok(other) => {
+                note_error(&log, format!("SET: {other:?}")).await;
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => {
+                note_error(&log, format!("SET: {error:#}")).await;
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn note_error(log: &Mutex<WriteLog>, error: String) {
+    let mut log = log.lock().await;
+    log.error_count += 1;
+    if log.errors.len() < 20 {
+        log.errors.push(error);
+    }
+}
+
+/// Which of `keys` do not exist on the server at `ip` (EXISTS in batches).
+pub async fn missing_keys(ip: &str, keys: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut conn = Conn::connect(ip, VALKEY_PORT, Duration::from_secs(10)).await?;
+    let mut missing = Vec::new();
+    for batch in keys.chunks(500) {
+        let mut args = vec!["EXISTS"];
+        args.extend(batch.iter().map(String::as_str));
+        let reply = conn.call(&args).await?;
+        let Reply::Int(count) = reply else {
+            bail!("EXISTS: {reply:?}");
+        };
+        if usize::try_from(count)? != batch.len() {
+            for key in batch {
+                if conn.call(&["EXISTS", key]).await? != Reply::Int(1) {
+                    missing.push(key.clone());
+                }
+            }
+        }
+    }
+    Ok(missing)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn finds_ipv4_addresses_only() {
+        assert!(super::contains_ipv4("ip=10.244.0.7,port=6379"));
+        assert!(super::contains_ipv4("1.2.3.4"));
+        assert!(!super::contains_ipv4(
+            "ha-1.ha-headless.ns.svc.cluster.local"
+        ));
+        assert!(!super::contains_ipv4("8.0.1"));
+        assert!(!super::contains_ipv4("version 12.34.56"));
+    }
+}

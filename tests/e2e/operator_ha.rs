@@ -1,0 +1,300 @@
+//! Sentinel HA acceptance: 3 data pods + 3 Sentinels reach OK; exactly one pod is labelled master and
+//! it is the one `INFO replication` says; `-rw` routes to it, `-r` to the two replicas, `-all` to
+//! all three; every Sentinel knows 2 replicas and 2 other Sentinels; a key written on the master is
+//! on both replicas; no IP address in any Sentinel reply or `INFO replication` (host names only).
+//! Then every pod (data and Sentinel) is deleted once, one at a time, each time waiting until the
+//! cluster is OK again, and all of it is checked again.
+//!
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+#[path = "ha_support.rs"]
+mod ha_support;
+
+use std::time::Duration;
+
+use ha_support::{
+    Pods, ROLE_LABEL, Reply, SENTINEL_PORT, call, contains_ipv4, endpoint_pods, info, info_field,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use operator_support::{install_crd, operator, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+
+const NAME: &str = "ha";
+
+fn is_ok(v: &Valkey) -> bool {
+    v.status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
+}
+
+/// Every pod Ready (data and Sentinel) and the Valkey OK.
+async fn wait_all_ok(client: &kube::Client, ns: &str, what: &str) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(&valkeys, NAME, what, Duration::from_secs(240), is_ok).await?;
+    wait_until(what, Duration::from_secs(180), || async {
+        let pods = Pods::list(client, ns)
+            .await
+            .map_err(|e| vko_testbed::Error::Other(format!("{e:#}")))?;
+        let ready = pods
+            .by_name
+            .values()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Ok((ready == 6).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// The whole conformance check; retried by the caller until it holds (labels, endpoints and
+/// Sentinel views converge within seconds after a change).
+async fn check_conformance(client: &kube::Client, ns: &str, key: &str) -> anyhow::Result<()> {
+    let pods = Pods::list(client, ns).await?;
+    let data = pods.names_with_prefix(&format!("{NAME}-"));
+    anyhow::ensure!(data.len() == 3, "data pods {data:?}");
+    let sentinels = pods.names_with_prefix(&format!("{NAME}-sentinel-"));
+    anyhow::ensure!(sentinels.len() == 3, "sentinel pods {sentinels:?}");
+
+    let mut labelled_master = Vec::new();
+    let mut real_master = Vec::new();
+    for pod in &data {
+        let ip = pods
+            .ip(pod)
+            .ok_or_else(|| anyhow::anyhow!("{pod} has no IP"))?;
+        let label = pods.by_name[pod]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ROLE_LABEL).cloned());
+        if label.as_deref() == Some("master") {
+            labelled_master.push(pod.clone());
+        }
+        let replication = info(&ip, "replication").await?;
+        anyhow::ensure!(
+            !contains_ipv4(&replication),
+            "IP address in INFO replication of {pod}:\n{replication}"
+        );
+        match info_field(&replication, "role") {
+            Some("master") => {
+                real_master.push(pod.clone());
+                anyhow::ensure!(
+                    info_field(&replication, "connected_slaves") == Some("2"),
+                    "{pod} is master without 2 replicas:\n{replication}"
+                );
+                anyhow::ensure!(label.as_deref() == Some("master"), "{pod} label {label:?}");
+            }
+            Some("slave") => {
+                anyhow::ensure!(
+                    info_field(&replication, "master_link_status") == Some("up"),
+                    "{pod} link down:\n{replication}"
+                );
+                anyhow::ensure!(label.as_deref() == Some("replica"), "{pod} label {label:?}");
+            }
+            other => anyhow::bail!("{pod} role {other:?}"),
+        }
+    }
+    anyhow::ensure!(
+        labelled_master.len() == 1 && labelled_master == real_master,
+        "labelled master {labelled_master:?}, INFO says {real_master:?}"
+    );
+    let master = &real_master[0];
+    let replicas: Vec<String> = data.iter().filter(|p| *p != master).cloned().collect();
+
+    assert_eq_sets(
+        endpoint_pods(client, ns, &format!("{NAME}-rw")).await?,
+        vec![master.clone()],
+        "-rw",
+    )?;
+    assert_eq_sets(
+        endpoint_pods(client, ns, &format!("{NAME}-r")).await?,
+        replicas.clone(),
+        "-r",
+    )?;
+    assert_eq_sets(
+        endpoint_pods(client, ns, &format!("{NAME}-all")).await?,
+        data.clone(),
+        "-all",
+    )?;
+
+    for sentinel in &sentinels {
+        let ip = pods
+            .ip(sentinel)
+            .ok_or_else(|| anyhow::anyhow!("{sentinel} has no IP"))?;
+        let master_reply = call(&ip, SENTINEL_PORT, &["SENTINEL", "MASTER", NAME]).await?;
+        let replicas_reply = call(&ip, SENTINEL_PORT, &["SENTINEL", "REPLICAS", NAME]).await?;
+        let sentinels_reply = call(&ip, SENTINEL_PORT, &["SENTINEL", "SENTINELS", NAME]).await?;
+        for (what, reply) in [
+            ("MASTER", &master_reply),
+            ("REPLICAS", &replicas_reply),
+            ("SENTINELS", &sentinels_reply),
+        ] {
+            let strings = reply.strings();
+            anyhow::ensure!(
+                !strings.iter().any(|s| contains_ipv4(s)),
+                "IP address in SENTINEL {what} of {sentinel}: {strings:?}"
+            );
+        }
+        let master_map = master_reply.as_map();
+        anyhow::ensure!(
+            master_map
+                .get("ip")
+                .is_some_and(|h| h.split('.').next() == Some(master.as_str())),
+            "{sentinel} names master {:?}, INFO says {master}",
+            master_map.get("ip")
+        );
+        let known: Vec<String> = replicas_reply
+            .items()
+            .iter()
+            .map(Reply::as_map)
+            .filter(|m| {
+                m.get("flags")
+                    .is_some_and(|f| !f.contains("s_down") && !f.contains("disconnected"))
+            })
+            .filter_map(|m| Some(m.get("ip")?.split('.').next()?.to_owned()))
+            .collect();
+        assert_eq_sets(
+            known,
+            replicas.clone(),
+            &format!("{sentinel}: healthy replicas ({replicas_reply:?})"),
+        )?;
+        anyhow::ensure!(
+            replicas_reply.items().len() == 2,
+            "{sentinel} lists {} replicas",
+            replicas_reply.items().len()
+        );
+        let peers: Vec<String> = sentinels_reply
+            .items()
+            .iter()
+            .map(Reply::as_map)
+            .filter(|m| m.get("flags").is_some_and(|f| !f.contains("s_down")))
+            .filter_map(|m| Some(m.get("ip")?.split('.').next()?.to_owned()))
+            .collect();
+        let mut others: Vec<String> = sentinels
+            .iter()
+            .filter(|s| *s != sentinel)
+            .cloned()
+            .collect();
+        others.sort();
+        assert_eq_sets(peers, others, &format!("{sentinel}: other Sentinels"))?;
+        anyhow::ensure!(
+            sentinels_reply.items().len() == 2,
+            "{sentinel} lists {} Sentinels",
+            sentinels_reply.items().len()
+        );
+    }
+
+    // A key written on the master reaches both replicas.
+    let master_ip = pods.ip(master).unwrap_or_default();
+    let set = call(&master_ip, 6379, &["SET", key, "on-every-pod"]).await?;
+    anyhow::ensure!(
+        set == Reply::Simple("OK".into()),
+        "SET on {master}: {set:?}"
+    );
+    let waited = call(&master_ip, 6379, &["WAIT", "2", "5000"]).await?;
+    anyhow::ensure!(waited == Reply::Int(2), "WAIT on {master}: {waited:?}");
+    for replica in &replicas {
+        let ip = pods.ip(replica).unwrap_or_default();
+        let got = call(&ip, 6379, &["GET", key]).await?;
+        anyhow::ensure!(
+            got.text() == Some("on-every-pod"),
+            "GET {key} on {replica}: {got:?}"
+        );
+    }
+    eprintln!("conformance holds: master {master}, replicas {replicas:?}");
+    Ok(())
+}
+
+fn assert_eq_sets(mut got: Vec<String>, mut want: Vec<String>, what: &str) -> anyhow::Result<()> {
+    got.sort();
+    want.sort();
+    anyhow::ensure!(got == want, "{what}: got {got:?}, want {want:?}");
+    Ok(())
+}
+
+async fn conformance_eventually(client: &kube::Client, ns: &str, key: &str) {
+    let mut last = String::new();
+    for _ in 0..60 {
+        match check_conformance(client, ns, key).await {
+            Ok(()) => return,
+            Err(error) => last = format!("{error:#}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("conformance did not hold within 60 s: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-ha").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: ha}\nspec: {replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}}\n",
+    )
+    .await
+    .unwrap();
+    wait_all_ok(&client, &ns, "3 data + 3 Sentinel pods ready and OK")
+        .await
+        .unwrap();
+    conformance_eventually(&client, &ns, "first").await;
+
+    // Every pod once, one at a time (Sentinels first, then the data pods, the master last so
+    // the handover happens with a freshly restarted tier around it).
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let master_host = ha_support::sentinel_master_host(&pods, NAME).await.unwrap();
+    let master = master_host.split('.').next().unwrap().to_owned();
+    let mut order = pods.names_with_prefix(&format!("{NAME}-sentinel-"));
+    order.extend(
+        pods.names_with_prefix(&format!("{NAME}-"))
+            .into_iter()
+            .filter(|p| *p != master),
+    );
+    order.push(master);
+    for pod in order {
+        let old_uid = pods.by_name[&pod].metadata.uid.clone();
+        eprintln!("deleting {pod}");
+        pods_api
+            .delete(&pod, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_until(
+            &format!("{pod} to be replaced"),
+            Duration::from_secs(180),
+            || {
+                let pods_api = pods_api.clone();
+                let pod = pod.clone();
+                let old_uid = old_uid.clone();
+                async move {
+                    let current = pods_api.get_opt(&pod).await?;
+                    Ok(current.filter(|p| p.metadata.uid != old_uid).map(|_| ()))
+                }
+            },
+        )
+        .await
+        .unwrap();
+        wait_all_ok(&client, &ns, &format!("OK again after deleting {pod}"))
+            .await
+            .unwrap();
+    }
+    conformance_eventually(&client, &ns, "second").await;
+
+    namespace.cleanup().await.unwrap();
+}
