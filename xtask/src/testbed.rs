@@ -1,4 +1,5 @@
-//! `cargo xtask testbed build | up | down | status | check-clean`: the local testbed Kubernetes.
+//! `cargo xtask testbed build | up | down | status | check-clean | fault …`: the local testbed
+//! Kubernetes (`fault` injects a fault through the supervisor's control socket).
 //!
 //! `up` starts `vko-testbed serve` (the supervisor) detached; `down` stops it and then sweeps
 //! whatever a crashed or killed supervisor may have left: processes, `vkotb-*` network namespaces,
@@ -43,6 +44,13 @@ enum TestbedCommand {
     Status,
     /// Exit non-zero, listing them, if any testbed leftovers exist.
     CheckClean,
+    /// Inject a fault into the running testbed: crash <ns>/<pod> <container> | delete-pod <ns>/<pod> |
+    /// stop-node <node> | start-node <node> | partition <ns>/<pod> | heal <ns>/<pod> |
+    /// pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver
+    Fault {
+        #[arg(required = true, num_args = 1..)]
+        words: Vec<String>,
+    },
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -52,7 +60,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
         TestbedCommand::CheckClean => check_clean(),
+        TestbedCommand::Fault { words } => fault(&words),
     }
+}
+
+/// Asks the running supervisor to inject a fault; returns once it took effect.
+pub fn fault(words: &[String]) -> anyhow::Result<()> {
+    let fault = vko_testbed::control::Fault::parse(words)?;
+    let paths = Paths::from_env();
+    let socket = vko_testbed::control::socket_path(paths.state_dir());
+    vko_testbed::control::send_blocking(&socket, &fault)?;
+    println!("injected {fault:?}");
+    Ok(())
 }
 
 /// The repository root (xtask lives one level below it).

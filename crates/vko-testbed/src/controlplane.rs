@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::paths::{self, Paths};
 use crate::pki::{APISERVER_BRIDGE_IP, Pki};
-use crate::{Error, Result, net};
+use crate::{Error, Result, control, net};
 
 /// etcd's client and peer ports (off the defaults so a host etcd does not collide).
 pub const ETCD_CLIENT_PORT: u16 = 12379;
@@ -422,6 +422,36 @@ impl ControlPlane {
             .collect()
     }
 
+    /// Stops kube-apiserver (SIGTERM, as a rolling control-plane upgrade would) and starts it again
+    /// with the same flags; returns once it is ready. Its previous log is kept as
+    /// `kube-apiserver.log.previous`.
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        const NAME: &str = "kube-apiserver";
+        let index = self
+            .components
+            .iter()
+            .position(|component| component.name == NAME)
+            .ok_or_else(|| Error::Other(format!("{NAME} is not running")))?;
+        let pki = self
+            .pki
+            .clone()
+            .ok_or_else(|| Error::Other("the control plane has no PKI yet".into()))?;
+        self.components[index].stop();
+        let log = self.paths.component_log(NAME);
+        let mut previous = log.clone().into_os_string();
+        previous.push(".previous");
+        let _ = std::fs::rename(&log, previous);
+        let program = self.bin_dir.join(NAME);
+        self.components[index] = Component::spawn(NAME, &program, &self.apiserver_args(&pki), log)?;
+        let admin = admin_client(&self.paths).await?;
+        wait_ready(&mut self.components[index], Duration::from_secs(90), || {
+            probe_get(&admin, "/readyz")
+        })
+        .await?;
+        tracing::info!("kube-apiserver restarted and ready");
+        Ok(())
+    }
+
     /// Stops every started component, newest first. Idempotent.
     pub fn stop(&mut self) {
         while let Some(mut component) = self.components.pop() {
@@ -488,6 +518,12 @@ impl ControlPlane {
             ),
             // Fake node names do not resolve; their InternalIP does.
             "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            // The kubelet API's serving certificate comes from the testbed CA (IP SAN 10.244.0.1).
+            format!("--kubelet-certificate-authority={}", path(pki.ca_cert())),
+            // `kubectl exec` speaks WebSocket; with the translation on, the API server would turn it
+            // into SPDY towards the kubelet. Off, it passes the WebSocket through to the testbed
+            // kubelet, which speaks the v4/v5 channel protocol (beta gate, not locked in 1.34).
+            "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
             "--profiling=false".into(),
         ]
     }
@@ -772,9 +808,25 @@ struct Supervised {
     network: Option<Arc<net::Network>>,
     control_plane: ControlPlane,
     kubelet: Option<RunningKubelet>,
+    /// The kubelet's registry of running containers and stopped nodes (fault injection).
+    kubelet_handles: crate::kubelet::KubeletHandles,
+    /// The admin client, once the API server is up (fault injection).
+    client: Option<kube::Client>,
 }
 
 impl Supervised {
+    /// Injects one fault. Runs on the supervisor's main thread: a restarted API server must be a
+    /// child of a thread that lives until the end (see [`die_with_parent`]).
+    async fn inject(&mut self, fault: &control::Fault) -> Result<()> {
+        if *fault == control::Fault::RestartApiserver {
+            return self.control_plane.restart_apiserver().await;
+        }
+        let (Some(client), Some(network)) = (&self.client, &self.network) else {
+            return Err(Error::Other("the testbed is not running".into()));
+        };
+        crate::kubelet::faults::apply(client, network, &self.kubelet_handles, fault).await
+    }
+
     async fn teardown(&mut self) {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.shutdown.cancel();
@@ -820,12 +872,24 @@ async fn serve(paths: Paths, options: ServeOptions) -> Result<()> {
         network: None,
         control_plane: ControlPlane::new(paths.clone(), bin_dir),
         kubelet: None,
+        kubelet_handles: crate::kubelet::KubeletHandles::default(),
+        client: None,
     };
     let started = Instant::now();
     let mut outcome = tokio::select! {
         outcome = start(&paths, &options, &mut supervised) => outcome,
         () = shutdown.cancelled() => Err(Error::Other("stopped by a signal during startup".into())),
     };
+    // Faults from tests and `cargo xtask testbed fault`; the socket exists once `ready` does.
+    let (fault_sender, mut faults) = tokio::sync::mpsc::channel(8);
+    if outcome.is_ok() {
+        match control::bind(&control::socket_path(&state_dir)) {
+            Ok(listener) => {
+                tokio::spawn(control::serve(listener, fault_sender, shutdown.clone()));
+            }
+            Err(error) => outcome = Err(error),
+        }
+    }
     if outcome.is_ok() {
         outcome = std::fs::write(
             paths.ready_marker(),
@@ -836,7 +900,7 @@ async fn serve(paths: Paths, options: ServeOptions) -> Result<()> {
     match &outcome {
         Ok(()) => {
             tracing::info!("testbed ready in {}", format_duration(started.elapsed()));
-            outcome = run_until_stopped(&mut supervised, &shutdown).await;
+            outcome = run_until_stopped(&mut supervised, &shutdown, &mut faults).await;
             tracing::info!("stopping the testbed");
         }
         Err(error) => tracing::error!("testbed startup failed: {error}"),
@@ -859,6 +923,7 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
     supervised.control_plane.start().await?;
 
     let client = admin_client(paths).await?;
+    supervised.client = Some(client.clone());
     let config = crate::kubelet::KubeletConfig {
         nodes: crate::kubelet::default_nodes(),
         state_dir: paths.state_dir().to_path_buf(),
@@ -873,6 +938,7 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
         client.clone(),
         config,
         network,
+        supervised.kubelet_handles.clone(),
         kubelet_shutdown.clone(),
     ));
     supervised.kubelet = Some(RunningKubelet {
@@ -961,12 +1027,20 @@ fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
 async fn run_until_stopped(
     supervised: &mut Supervised,
     shutdown: &CancellationToken,
+    faults: &mut tokio::sync::mpsc::Receiver<control::FaultRequest>,
 ) -> Result<()> {
     let mut reported_exits = Vec::new();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            Some((fault, done)) = faults.recv() => {
+                let outcome = supervised.inject(&fault).await.map_err(|error| error.to_string());
+                let _ = done.send(outcome);
+                // An API-server restart is an exit we caused, not one to report.
+                reported_exits.clear();
+                continue;
+            }
         }
         for (name, status, log) in supervised.control_plane.exited_components() {
             if !reported_exits.contains(&name) {

@@ -54,6 +54,13 @@ impl Testbed {
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
     }
+
+    /// Injects a fault through the supervisor's control socket (in the state directory,
+    /// `VKO_TESTBED_DIR` or `/run/vko-testbed`); returns once it took effect.
+    pub async fn fault(&self, fault: crate::control::Fault) -> Result<()> {
+        let paths = paths::Paths::from_env();
+        crate::control::send(&crate::control::socket_path(paths.state_dir()), &fault).await
+    }
 }
 
 /// A namespace of its own for one test: uniquely named, labelled, deleted by
@@ -305,6 +312,34 @@ pub async fn kubectl(args: &[&str]) -> Result<String> {
     let mut command = tokio::process::Command::new(paths::bin_dir().join("kubectl"));
     command.args(args);
     run_output(command, &format!("kubectl {}", args.join(" "))).await
+}
+
+/// Runs the testbed's `kubectl` with `stdin` as its standard input and returns how it ended, whatever
+/// its exit code (for `kubectl exec`, whose exit code is the command's).
+pub async fn kubectl_output(args: &[&str], stdin: &[u8]) -> Result<std::process::Output> {
+    use tokio::io::AsyncWriteExt;
+    let description = format!("kubectl {}", args.join(" "));
+    let mut child = tokio::process::Command::new(paths::bin_dir().join("kubectl"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(Error::io(format!("running {description}")))?;
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(stdin)
+            .await
+            .map_err(Error::io(format!("writing to {description}")))?;
+        // Dropping the pipe ends kubectl's input.
+    }
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .map_err(|_| Error::Timeout {
+            what: description.clone(),
+            seconds: 60,
+        })?
+        .map_err(Error::io(format!("running {description}")))
 }
 
 async fn run_output(mut command: tokio::process::Command, description: &str) -> Result<String> {

@@ -6,13 +6,14 @@
 //! per-pod network namespaces), [`runtime`] (containers as processes in their own namespaces),
 //! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses).
 
+pub mod control;
+pub mod controlplane;
 pub mod error;
+pub mod harness;
+pub mod kubelet;
+pub mod net;
 pub mod paths;
 pub mod pki;
-pub mod controlplane;
-pub mod net;
 pub mod runtime;
-pub mod kubelet;
-pub mod harness;
 
 pub use error::{Error, Result};

@@ -161,10 +161,12 @@ async fn nodes_become_ready_lose_the_not_ready_taint_and_stopped_nodes_stop_rene
         NodeSpec {
             name: unique("kparts-node-a"),
             zone: "zone-a".into(),
+            kubelet_port: 10250,
         },
         NodeSpec {
             name: unique("kparts-node-b"),
             zone: "zone-b".into(),
+            kubelet_port: 10251,
         },
     ];
     cleanup.nodes = specs.iter().map(|spec| spec.name.clone()).collect();

@@ -4,9 +4,12 @@
 //! ([`provisioner`]) and the per-pod hosts files ([`dns`]), and runs every Pod bound to one of its
 //! Nodes ([`pods`]: network, volumes, init containers, containers, probes, restarts, status, deletion).
 
+pub mod api;
 pub mod dns;
+pub mod faults;
 pub mod nodes;
 pub mod provisioner;
+pub mod running;
 pub mod volumes;
 
 pub mod env;
@@ -28,6 +31,9 @@ pub struct NodeSpec {
     pub name: String,
     /// Its `topology.kubernetes.io/zone`.
     pub zone: String,
+    /// Its kubelet API port on the bridge address (every node shares 10.244.0.1, so each has its own
+    /// port), reported in the Node's `daemonEndpoints`.
+    pub kubelet_port: u16,
 }
 
 /// node-1/zone-a, node-2/zone-b, node-3/zone-c (like a kind cluster with three workers).
@@ -38,9 +44,11 @@ pub fn default_nodes() -> Vec<NodeSpec> {
         ("node-3", "zone-c"),
     ]
     .into_iter()
-    .map(|(name, zone)| NodeSpec {
+    .zip(nodes::KUBELET_PORT..)
+    .map(|((name, zone), kubelet_port)| NodeSpec {
         name: name.into(),
         zone: zone.into(),
+        kubelet_port,
     })
     .collect()
 }
@@ -61,6 +69,14 @@ pub struct KubeletConfig {
     pub extra_images: Vec<(String, PathBuf)>,
 }
 
+/// What the supervisor keeps to reach into a running kubelet (fault injection): which containers run
+/// where, and which nodes are stopped. Clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct KubeletHandles {
+    pub running: running::RunningContainers,
+    pub stopped: nodes::StoppedNodes,
+}
+
 /// Registers the nodes and keeps them alive, runs the provisioner and the hosts files, and runs pods
 /// until `shutdown` is cancelled; then stops every pod quickly (SIGTERM, SIGKILL after ~3 s), detaches
 /// every network namespace, removes the pod directories (never PV data) and returns.
@@ -68,17 +84,33 @@ pub async fn run(
     client: kube::Client,
     config: KubeletConfig,
     network: Arc<crate::net::Network>,
+    handles: KubeletHandles,
     shutdown: CancellationToken,
 ) -> crate::Result<()> {
     nodes::register(&client, &config.nodes).await?;
     // The helpers stop with the kubelet, also when the pods loop ends on its own.
     let helpers = shutdown.child_token();
+    let KubeletHandles { running, stopped } = handles;
     let heartbeat = tokio::spawn(nodes::heartbeat(
         client.clone(),
         config.nodes.clone(),
-        nodes::StoppedNodes::default(),
+        stopped.clone(),
         helpers.clone(),
     ));
+    let kubelet_api = {
+        let serve = api::serve(
+            client.clone(),
+            config.state_dir.clone(),
+            config.nodes.clone(),
+            running.clone(),
+            helpers.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "the kubelet API stopped");
+            }
+        })
+    };
     let provisioner = {
         let client = client.clone();
         let pv_root = config.state_dir.join("pv");
@@ -95,9 +127,19 @@ pub async fn run(
         config.cluster_domain.clone(),
         helpers.clone(),
     );
-    let result = pods::run(client, config, network, dns, shutdown.clone()).await;
+    let result = pods::run(
+        client,
+        config,
+        network,
+        dns,
+        running,
+        stopped,
+        shutdown.clone(),
+    )
+    .await;
     helpers.cancel();
     let _ = heartbeat.await;
+    let _ = kubelet_api.await;
     let _ = provisioner.await;
     result
 }

@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 use super::NodeSpec;
 use crate::Result;
 
-/// Every node's InternalIP: the bridge gateway, where the node's (future) kubelet API listens.
+/// Every node's InternalIP: the bridge gateway, where the node's kubelet API listens (on its own port).
 pub const NODE_IP: &str = "10.244.0.1";
-/// The kubelet API port in each Node's `daemonEndpoints`.
-pub const KUBELET_PORT: i32 = 10250;
+/// The first node's kubelet API port; the others count up from it.
+pub const KUBELET_PORT: u16 = 10250;
 /// Reported as the container runtime in `nodeInfo`.
 pub const CONTAINER_RUNTIME_VERSION: &str = "testbed://0.1";
 /// Where node Leases live.
@@ -236,7 +236,9 @@ pub fn node_status(node: &NodeSpec, previous: Option<&NodeStatus>, now: Timestam
             },
         ]),
         daemon_endpoints: Some(NodeDaemonEndpoints {
-            kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(node.kubelet_port),
+            }),
         }),
         node_info: Some(NodeSystemInfo {
             architecture: "amd64".into(),
@@ -322,6 +324,7 @@ mod tests {
         NodeSpec {
             name: "node-2".into(),
             zone: "zone-b".into(),
+            kubelet_port: 10251,
         }
     }
 
@@ -372,7 +375,7 @@ mod tests {
                 .kubelet_endpoint
                 .unwrap()
                 .port,
-            10250
+            10251
         );
         let info = status.node_info.unwrap();
         assert_eq!(info.kubelet_version, "v1.34.4");

@@ -40,7 +40,9 @@ use super::dns::Dns;
 use super::env::{self, ConfigError, EnvContext};
 use super::events::{EventType, Recorder, container_field_path};
 use super::images::{self, EXTRA_BIN_MOUNT};
+use super::nodes::StoppedNodes;
 use super::probes::{self, ProbeEvent, ProbeKind, ProbeTiming, Target};
+use super::running::{RunningContainer, RunningContainers};
 use super::status::{self, ContainerRecord, PodRecord, RunState, Termination};
 use super::volumes;
 use crate::net::{Network, PodNet};
@@ -70,6 +72,9 @@ struct Kubelet {
     config: KubeletConfig,
     network: Arc<Network>,
     dns: Arc<Dns>,
+    running: RunningContainers,
+    /// A stopped node's pods neither restart containers nor report status (its kubelet is "down").
+    stopped: StoppedNodes,
 }
 
 /// Runs every pod bound to one of our nodes until `shutdown`, then stops them all and returns.
@@ -78,6 +83,8 @@ pub async fn run(
     config: KubeletConfig,
     network: Arc<Network>,
     dns: Arc<Dns>,
+    running: RunningContainers,
+    stopped: StoppedNodes,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let our_nodes: HashSet<String> = config.nodes.iter().map(|node| node.name.clone()).collect();
@@ -86,6 +93,8 @@ pub async fn run(
         config,
         network,
         dns,
+        running,
+        stopped,
     });
     // Cancelled when we return, whatever the reason, so every worker stops with us.
     let workers_token = shutdown.child_token();
@@ -387,8 +396,12 @@ impl PodWorker {
             self.pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
-        let status_writer =
-            StatusWriter::new(self.kubelet.client.clone(), &self.pod, self.shared.clone());
+        let status_writer = StatusWriter::new(
+            self.kubelet.client.clone(),
+            &self.pod,
+            self.shared.clone(),
+            self.kubelet.stopped.clone(),
+        );
         let writer_stop = CancellationToken::new();
         let writer_task = if already_terminal {
             None
@@ -652,6 +665,29 @@ impl PodWorker {
         });
     }
 
+    /// The node this pod is bound to.
+    fn node_name(&self) -> String {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits while the pod's node is stopped (a "down" kubelet restarts nothing). `None` when a stop
+    /// of the pod is requested meanwhile, else whether the node was stopped.
+    async fn wait_while_node_stopped(&self) -> Option<bool> {
+        let node = self.node_name();
+        let mut waited = false;
+        while self.kubelet.stopped.is_stopped(&node) {
+            waited = true;
+            if !self.sleep_unless_stopped(Duration::from_millis(250)).await {
+                return None;
+            }
+        }
+        Some(waited)
+    }
+
     /// Sleeps unless a stop is requested first; false when stopped.
     async fn sleep_unless_stopped(&self, duration: Duration) -> bool {
         let mut stop = self.stop.subscribe();
@@ -731,6 +767,12 @@ impl PodWorker {
                 } else {
                     ContainerEnd::Failed
                 };
+            }
+            match self.wait_while_node_stopped().await {
+                None => return ContainerEnd::Stopped,
+                // A node that comes back starts its containers afresh, without back-off.
+                Some(true) => backoff = CrashBackoff::default(),
+                Some(false) => {}
             }
             let delay = backoff.next_delay(started.elapsed());
             attempt += 1;
@@ -911,6 +953,7 @@ impl PodWorker {
             spec,
             env: resolved.process,
             pod_ip: IpAddr::V4(sandbox.net.ip),
+            net: sandbox.net.clone(),
         })
     }
 
@@ -949,6 +992,19 @@ impl PodWorker {
             tracing::warn!(pod = %self.key, container = %container.name, "the container's root was not ready in {SET_UP_WAIT:?}");
         }
         tracing::info!(pod = %self.key, container = %container.name, attempt, pid = process.pid(), "container started");
+        // For `kubectl exec` and the fault injection.
+        self.kubelet.running.insert(
+            &self.key.namespace,
+            &self.key.name,
+            &container.name,
+            RunningContainer {
+                pid: process.pid(),
+                env: prepared.env.clone(),
+                node: self.node_name(),
+                pod_uid: self.key.uid.clone(),
+                net: prepared.net.clone(),
+            },
+        );
         self.container_event(
             slot,
             EventType::Normal,
@@ -1124,6 +1180,12 @@ impl PodWorker {
                 }
             }
         };
+        self.kubelet.running.remove(
+            &self.key.namespace,
+            &self.key.name,
+            &container.name,
+            process.pid(),
+        );
         kill_leftover_processes(process.pid());
         let (reason, message) = match shim_failure(&prepared.spec.log_path, info.exit_code) {
             Some(message) => ("StartError".to_string(), Some(message)),
@@ -1361,6 +1423,7 @@ struct Prepared {
     spec: ContainerSpec,
     env: Vec<(String, String)>,
     pod_ip: IpAddr,
+    net: PodNet,
 }
 
 /// Why a container could not be started (shown as `waiting`).
@@ -1579,16 +1642,30 @@ struct StatusWriter {
     shared: Arc<Shared>,
     /// What we last published (or, before that, what the API had).
     published: Arc<tokio::sync::Mutex<(Option<PodStatus>, bool)>>,
+    /// Nothing is published while the pod's node is stopped.
+    stopped: StoppedNodes,
+    node: String,
 }
 
 impl StatusWriter {
-    fn new(client: kube::Client, pod: &Pod, shared: Arc<Shared>) -> StatusWriter {
+    fn new(
+        client: kube::Client,
+        pod: &Pod,
+        shared: Arc<Shared>,
+        stopped: StoppedNodes,
+    ) -> StatusWriter {
         StatusWriter {
             client,
             key: PodKey::of(pod),
             spec: pod.spec.clone().unwrap_or_default(),
             shared,
             published: Arc::new(tokio::sync::Mutex::new((pod.status.clone(), false))),
+            stopped,
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.node_name.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -1632,6 +1709,11 @@ impl StatusWriter {
     }
 
     async fn sync(&self) -> Result<(), StatusError> {
+        // A stopped node's kubelet reports nothing; the node lifecycle controller owns the pod's
+        // Ready condition meanwhile. The restart after the node starts again publishes.
+        if self.stopped.is_stopped(&self.node) {
+            return Ok(());
+        }
         let mut published = self.published.lock().await;
         let record = self.shared.lock().clone();
         let status = status::pod_status(&self.spec, &record, published.0.as_ref(), &status::now());
