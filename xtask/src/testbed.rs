@@ -275,6 +275,7 @@ fn is_supervisor(pid: u32, paths: &Paths) -> bool {
 pub fn down() -> anyhow::Result<()> {
     paths::require_root()?;
     let paths = Paths::from_env();
+    stop_demo_operator(&paths);
     if let Some(pid) = running_supervisor(&paths) {
         println!("stopping the testbed supervisor (pid {pid})");
         let _ = signal(pid, nix::sys::signal::Signal::SIGTERM);
@@ -300,6 +301,33 @@ pub fn down() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Stops the operator `cargo xtask demo` started (first, so it does not react to its pods dying).
+/// The pid is only trusted while it still names a `vko-operator` process.
+fn stop_demo_operator(paths: &Paths) {
+    let pid_file = crate::demo::operator_pid_file(paths);
+    let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+    else {
+        return;
+    };
+    let is_operator = cmdline(pid)
+        .and_then(|args| args.first().cloned())
+        .is_some_and(|program| program.ends_with("vko-operator"));
+    if is_operator {
+        println!("stopping the demo operator (pid {pid})");
+        let _ = signal(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_is_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if process_is_alive(pid) {
+            let _ = signal(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    let _ = std::fs::remove_file(&pid_file);
 }
 
 fn signal(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
