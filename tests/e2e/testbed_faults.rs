@@ -348,6 +348,14 @@ async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
     assert_eq!(condition.status, "False");
     assert_eq!(restart_count(&not_ready), 0, "nothing restarted meanwhile");
     assert_eq!(processes(), "", "still nothing runs on the stopped node");
+    // Its kubelet API is down too.
+    let logs = kubectl_output(&["logs", "-n", &ns, "vk"], b"")
+        .await
+        .unwrap();
+    assert!(
+        !logs.status.success(),
+        "no logs from a stopped node: {logs:?}"
+    );
 
     // Started again, the node runs its pod again.
     drop(node);

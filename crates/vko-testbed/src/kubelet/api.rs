@@ -37,6 +37,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, frame::coding::CloseCode};
 use tokio_util::sync::CancellationToken;
 
+use super::nodes::StoppedNodes;
 use super::running::{RunningContainer, RunningContainers};
 use crate::pki::{APISERVER_BRIDGE_IP, Pki};
 use crate::{Error, Result};
@@ -64,12 +65,14 @@ struct ApiContext {
     running: RunningContainers,
 }
 
-/// Serves the kubelet API of every node (one port each) until `shutdown`.
+/// Serves the kubelet API of every node (one port each) until `shutdown`. A stopped node's port
+/// drops every connection, as a node that is down would.
 pub async fn serve(
     client: kube::Client,
     state_dir: PathBuf,
     nodes: Vec<super::NodeSpec>,
     running: RunningContainers,
+    stopped: StoppedNodes,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let node_names: Vec<&str> = nodes.iter().map(|node| node.name.as_str()).collect();
@@ -92,12 +95,16 @@ pub async fn serve(
                 node.name
             )))?;
         tracing::info!(node = %node.name, %address, "kubelet API listening");
-        listeners.push(listener);
+        listeners.push((node.name.clone(), listener));
     }
     let mut tasks = tokio::task::JoinSet::new();
-    for listener in listeners {
+    for (node, listener) in listeners {
         tasks.spawn(accept_loop(
             listener,
+            NodeGate {
+                node,
+                stopped: stopped.clone(),
+            },
             tls.clone(),
             context.clone(),
             shutdown.clone(),
@@ -107,8 +114,15 @@ pub async fn serve(
     Ok(())
 }
 
+/// Which node a port belongs to, and whether that node is up.
+struct NodeGate {
+    node: String,
+    stopped: StoppedNodes,
+}
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
+    gate: NodeGate,
     tls: Arc<rustls::ServerConfig>,
     context: Arc<ApiContext>,
     shutdown: CancellationToken,
@@ -126,6 +140,10 @@ async fn accept_loop(
                 }
             },
         };
+        if gate.stopped.is_stopped(&gate.node) {
+            tracing::debug!(node = %gate.node, %peer, "the node is stopped: dropping the connection");
+            continue;
+        }
         let acceptor = acceptor.clone();
         let context = context.clone();
         let shutdown = shutdown.clone();

@@ -103,6 +103,7 @@ pub async fn run(
             config.state_dir.clone(),
             config.nodes.clone(),
             running.clone(),
+            stopped.clone(),
             helpers.clone(),
         );
         tokio::spawn(async move {
