@@ -542,6 +542,25 @@ pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Ac
     Action::requeue(delay)
 }
 
+/// Pause of the Controller's merged trigger stream after an error. kube-runtime's default there
+/// grows to 30 s and pauses *every* watch at once (and with them their stores), so after an API
+/// server restart each of the 13 watches' stale-version error stalled all of them again and the
+/// operator reconciled from stale stores for minutes. Each owned watch backs off on its own
+/// (`reflect`); this only keeps the main Valkey watch from retrying in a tight loop.
+struct TriggerPause;
+
+impl Iterator for TriggerPause {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_millis(500))
+    }
+}
+
+impl kube::runtime::utils::Backoff for TriggerPause {
+    fn reset(&mut self) {}
+}
+
 /// A watch of all namespaces feeding a store; the stream is what the Controller consumes.
 fn reflect<K>(
     client: &kube::Client,
@@ -634,7 +653,8 @@ pub async fn run(
         Api::<Valkey>::all(client.clone()),
         watcher::Config::default(),
     )
-    .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency));
+    .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency))
+    .trigger_backoff(TriggerPause);
     let valkeys = controller.store();
     let metrics = Arc::new(Metrics::new(Some(valkeys.clone()), OPERATOR_VERSION));
     let _ = metrics_slot.set(metrics.clone());
