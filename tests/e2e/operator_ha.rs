@@ -222,16 +222,16 @@ fn assert_eq_sets(mut got: Vec<String>, mut want: Vec<String>, what: &str) -> an
     Ok(())
 }
 
-async fn conformance_eventually(client: &kube::Client, ns: &str, key: &str) {
+async fn conformance_eventually(client: &kube::Client, ns: &str, key: &str) -> anyhow::Result<()> {
     let mut last = String::new();
     for _ in 0..60 {
         match check_conformance(client, ns, key).await {
-            Ok(()) => return,
+            Ok(()) => return Ok(()),
             Err(error) => last = format!("{error:#}"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    panic!("conformance did not hold within 60 s: {last}");
+    anyhow::bail!("conformance did not hold within 60 s: {last}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +253,7 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
     wait_all_ok(&client, &ns, "3 data + 3 Sentinel pods ready and OK")
         .await
         .unwrap();
-    conformance_eventually(&client, &ns, "first").await;
+    conformance_eventually(&client, &ns, "first").await.unwrap();
 
     // Every pod once, one at a time (Sentinels first, then the data pods, the master last so
     // the handover happens with a freshly restarted tier around it).
@@ -294,7 +294,9 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
             .await
             .unwrap();
     }
-    conformance_eventually(&client, &ns, "second").await;
+    conformance_eventually(&client, &ns, "second")
+        .await
+        .unwrap();
 
     namespace.cleanup().await.unwrap();
 }

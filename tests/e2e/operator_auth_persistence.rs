@@ -1,0 +1,225 @@
+//! Auth and persistence acceptance.
+//! - Auth: the password comes from a Secret; a data pod refuses commands without it and refuses a
+//!   wrong one; with `sentinel.disableAuth` Sentinel answers without AUTH while Valkey still
+//!   requires it.
+//! - Persistence rdb / aof / both: data survives deleting the (only) pod; each mode is its own
+//!   one-pod Valkey in the test's namespace.
+//!
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+#[path = "ha_support.rs"]
+mod ha_support;
+
+use std::time::Duration;
+
+use ha_support::{Conn, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, call};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use operator_support::{install_crd, operator, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+
+const PASSWORD: &str = "s3cret-pässword with spaces";
+
+fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool {
+    move |v: &Valkey| {
+        v.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(replicas))
+    }
+}
+
+async fn authed(ip: &str, password: &str) -> anyhow::Result<(Conn, Reply)> {
+    let mut conn = Conn::connect(ip, VALKEY_PORT, Duration::from_secs(5)).await?;
+    let reply = conn.call(&["AUTH", password]).await?;
+    Ok((conn, reply))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_auth_disabled() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-auth").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{PASSWORD}\"}}\n---\n\
+             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: sec}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, auth: {{secretName: pw}}, sentinel: {{enabled: true, replicas: 3, disableAuth: true}}}}\n"
+        ),
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "sec",
+        "3 ready and OK with auth",
+        Duration::from_secs(240),
+        ok_with(3),
+    )
+    .await
+    .unwrap();
+    let master = valkey.status.unwrap().master_pod.unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+
+    for pod in pods.names_with_prefix("sec-") {
+        let ip = pods.ip(&pod).unwrap();
+        let anonymous = call(&ip, VALKEY_PORT, &["GET", "x"]).await.unwrap();
+        assert!(
+            matches!(&anonymous, Reply::Error(e) if e.starts_with("NOAUTH")),
+            "{pod} without a password: {anonymous:?}"
+        );
+        let (_, wrong) = authed(&ip, "not-the-password").await.unwrap();
+        assert!(
+            matches!(&wrong, Reply::Error(e) if e.starts_with("WRONGPASS")),
+            "{pod} with a wrong password: {wrong:?}"
+        );
+        let (_, right) = authed(&ip, PASSWORD).await.unwrap();
+        assert_eq!(right, Reply::Simple("OK".into()), "{pod}");
+    }
+    let master_ip = pods.ip(&master).unwrap();
+    let (mut conn, _) = authed(&master_ip, PASSWORD).await.unwrap();
+    assert_eq!(
+        conn.call(&["SET", "k", "v"]).await.unwrap(),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(
+        conn.call(&["WAIT", "2", "5000"]).await.unwrap(),
+        Reply::Int(2),
+        "the replicas authenticate to the master (masterauth)"
+    );
+
+    for sentinel in pods.names_with_prefix("sec-sentinel-") {
+        let ip = pods.ip(&sentinel).unwrap();
+        let reply = call(
+            &ip,
+            SENTINEL_PORT,
+            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "sec"],
+        )
+        .await
+        .unwrap();
+        let host = reply.items().first().and_then(Reply::text).unwrap_or("");
+        assert_eq!(
+            host.split('.').next(),
+            Some(master.as_str()),
+            "{sentinel} without AUTH: {reply:?}"
+        );
+        // Sentinel monitors the password-protected master (auth-pass), so it sees it up.
+        let state = call(&ip, SENTINEL_PORT, &["SENTINEL", "MASTER", "sec"])
+            .await
+            .unwrap()
+            .as_map();
+        let flags = state.get("flags").cloned().unwrap_or_default();
+        assert_eq!(flags, "master", "{sentinel}: {state:?}");
+    }
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_deleting_the_pod_with_rdb_aof_and_both() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-persist").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let modes = ["rdb", "aof", "both"];
+
+    for mode in modes {
+        apply_yaml(
+            &client,
+            &ns,
+            &format!(
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: p-{mode}}}\nspec: {{replicas: 1, image: valkey/valkey:8.0, persistence: {{enabled: true, mode: {mode}, size: 100Mi}}}}\n"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    for mode in modes {
+        wait_for_valkey(
+            &valkeys,
+            &format!("p-{mode}"),
+            "1 ready and OK",
+            Duration::from_secs(240),
+            ok_with(1),
+        )
+        .await
+        .unwrap();
+    }
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let mut old_uids = Vec::new();
+    for mode in modes {
+        let pod = format!("p-{mode}-0");
+        let ip = pods.ip(&pod).unwrap();
+        for i in 0..100 {
+            let reply = call(&ip, VALKEY_PORT, &["SET", &format!("key{i}"), mode])
+                .await
+                .unwrap();
+            assert_eq!(reply, Reply::Simple("OK".into()), "{pod}");
+        }
+        old_uids.push(pods.by_name[&pod].metadata.uid.clone());
+    }
+    // Every pod deleted (gracefully: valkey-server stops as it would in a rollout).
+    for mode in modes {
+        pods_api
+            .delete(&format!("p-{mode}-0"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for (mode, old_uid) in modes.iter().zip(&old_uids) {
+        let pod = format!("p-{mode}-0");
+        wait_until(&format!("{pod} replaced"), Duration::from_secs(180), || {
+            let pods_api = pods_api.clone();
+            let pod = pod.clone();
+            let old_uid = old_uid.clone();
+            async move {
+                Ok(pods_api
+                    .get_opt(&pod)
+                    .await?
+                    .filter(|p| p.metadata.uid != old_uid)
+                    .map(|_| ()))
+            }
+        })
+        .await
+        .unwrap();
+        wait_for_valkey(
+            &valkeys,
+            &format!("p-{mode}"),
+            "OK again after the pod was deleted",
+            Duration::from_secs(240),
+            ok_with(1),
+        )
+        .await
+        .unwrap();
+    }
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for mode in modes {
+        let pod = format!("p-{mode}-0");
+        let ip = pods.ip(&pod).unwrap();
+        let size = call(&ip, VALKEY_PORT, &["DBSIZE"]).await.unwrap();
+        assert_eq!(size, Reply::Int(100), "{pod} ({mode}) after its deletion");
+        let value = call(&ip, VALKEY_PORT, &["GET", "key42"]).await.unwrap();
+        assert_eq!(value.text(), Some(mode), "{pod}");
+        let persistence = ha_support::info(&ip, "persistence").await.unwrap();
+        let aof = ha_support::info_field(&persistence, "aof_enabled");
+        assert_eq!(
+            aof,
+            Some(if mode == "rdb" { "0" } else { "1" }),
+            "{pod}: aof_enabled"
+        );
+    }
+
+    namespace.cleanup().await.unwrap();
+}

@@ -1,0 +1,394 @@
+//! Sentinel HA under failure, each with a writer that follows the master as Sentinel names it
+//! (GET-MASTER-ADDR-BY-NAME → pod FQDN → pod IP, re-resolved on every error):
+//! - the master pod is deleted (graceful: the sidecar's preStop `/drain` hands the role over):
+//!   a new master within seconds, `-rw` and `status.masterPod` follow, and every OK'd write is
+//!   still there;
+//! - the master's valkey-server is SIGKILLed (a crash): every write confirmed by both replicas
+//!   (`WAIT 2 1000`) survives; OK-only writes lost are printed, not asserted;
+//! - empty-master guard (persistence off): the master's valkey-server is killed three times (the
+//!   testbed restarts it in place, faster than down-after); the replicas never resync from an empty
+//!   master (their key count never drops below what they had confirmed) and every confirmed write
+//!   survives.
+//!
+//! The tests run one at a time (a lock): they measure timing on a 2-core machine.
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+#[path = "ha_support.rs"]
+mod ha_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ha_support::{
+    Pods, Reply, VALKEY_PORT, Writer, call, endpoint_pods, info, info_field, kill_valkey_server,
+    missing_keys, sentinel_master_host,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use operator_support::{install_crd, operator, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const NAME: &str = "fo";
+
+fn is_ok(v: &Valkey) -> bool {
+    v.status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
+}
+
+async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Result<String> {
+    apply_yaml(
+        client,
+        ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}{extra}}}\n"
+        ),
+    )
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        NAME,
+        "3 data pods ready and OK",
+        Duration::from_secs(240),
+        is_ok,
+    )
+    .await?;
+    // Sentinel and the status agree on the master, and it has both replicas online.
+    let master = valkey
+        .status
+        .and_then(|s| s.master_pod)
+        .ok_or_else(|| anyhow::anyhow!("no masterPod"))?;
+    eventually(
+        Duration::from_secs(120),
+        "Sentinel names the master with 2 replicas",
+        || async {
+            let pods = Pods::list(client, ns).await?;
+            let host = sentinel_master_host(&pods, NAME).await?;
+            let pod = host.split('.').next().unwrap_or_default().to_owned();
+            let ip = pods.ip(&pod).unwrap_or_default();
+            let replication = info(&ip, "replication").await?;
+            anyhow::ensure!(
+                info_field(&replication, "connected_slaves") == Some("2"),
+                "{pod}: {replication}"
+            );
+            Ok(pod)
+        },
+    )
+    .await?;
+    Ok(master)
+}
+
+/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
+async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() >= deadline => {
+                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The pod Sentinel names master.
+async fn sentinel_master(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
+    let pods = Pods::list(client, ns).await?;
+    let host = sentinel_master_host(&pods, NAME).await?;
+    Ok(host.split('.').next().unwrap_or_default().to_owned())
+}
+
+/// Waits until Sentinel names a master other than `old`, which answers `role:master`; returns it
+/// and how long it took from `since`.
+async fn new_master(
+    client: &kube::Client,
+    ns: &str,
+    old: &str,
+    since: Instant,
+    timeout: Duration,
+) -> anyhow::Result<(String, Duration)> {
+    eventually(timeout, "a new master", || async {
+        let pod = sentinel_master(client, ns).await?;
+        anyhow::ensure!(pod != old, "still {pod}");
+        let ip = Pods::list(client, ns).await?.ip(&pod).unwrap_or_default();
+        let replication = info(&ip, "replication").await?;
+        anyhow::ensure!(info_field(&replication, "role") == Some("master"), "{pod}");
+        Ok((pod, since.elapsed()))
+    })
+    .await
+}
+
+/// Waits until the cluster is whole again around `master`: Valkey OK with 3 ready, master
+/// recorded, `-rw` = master, and the master has both replicas online.
+async fn whole_again(client: &kube::Client, ns: &str, master: &str) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(180),
+        "the cluster whole again",
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            anyhow::ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            let recorded = valkey.status.as_ref().and_then(|s| s.master_pod.clone());
+            anyhow::ensure!(
+                recorded.as_deref() == Some(master),
+                "masterPod {recorded:?}"
+            );
+            let rw = endpoint_pods(client, ns, &format!("{NAME}-rw")).await?;
+            anyhow::ensure!(rw == [master.to_owned()], "-rw {rw:?}");
+            let ip = Pods::list(client, ns).await?.ip(master).unwrap_or_default();
+            let replication = info(&ip, "replication").await?;
+            anyhow::ensure!(
+                info_field(&replication, "connected_slaves") == Some("2"),
+                "{replication}"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+async fn master_ip(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
+    let master = sentinel_master(client, ns).await?;
+    Pods::list(client, ns)
+        .await?
+        .ip(&master)
+        .ok_or_else(|| anyhow::anyhow!("{master} has no IP"))
+}
+
+async fn wait_for_writes(writer: &Writer, at_least: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked().await < at_least {
+        assert!(Instant::now() < deadline, "the writer made no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-drain").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let old_master = create_ha(&client, &ns, "").await.unwrap();
+
+    let writer = Writer::start(
+        client.clone(),
+        ns.clone(),
+        NAME.into(),
+        "drain".into(),
+        None,
+    );
+    wait_for_writes(&writer, 300).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let deleted_at = Instant::now();
+    pods.delete(&old_master, &DeleteParams::default())
+        .await
+        .unwrap();
+    let (master, took) = new_master(
+        &client,
+        &ns,
+        &old_master,
+        deleted_at,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    eprintln!("graceful handover: {old_master} -> {master} in {took:?}");
+    whole_again(&client, &ns, &master).await.unwrap();
+    let after = writer.acked().await;
+    wait_for_writes(&writer, after + 300).await;
+    let log = writer.stop().await;
+
+    let ip = master_ip(&client, &ns).await.unwrap();
+    let missing = missing_keys(&ip, &log.acked).await.unwrap();
+    eprintln!(
+        "graceful handover: {} writes OK'd, {} lost, longest gap between OKs {:?}, {} errors (first: {:?})",
+        log.acked.len(),
+        missing.len(),
+        log.longest_gap(),
+        log.error_count,
+        log.errors.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "new master only after {took:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "{} OK'd writes lost: {:?}",
+        missing.len(),
+        missing.iter().take(20).collect::<Vec<_>>()
+    );
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_loses_no_write_confirmed_by_both_replicas() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-crash").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let old_master = create_ha(&client, &ns, "").await.unwrap();
+
+    let writer = Writer::start(
+        client.clone(),
+        ns.clone(),
+        NAME.into(),
+        "crash".into(),
+        Some(2),
+    );
+    wait_for_writes(&writer, 300).await;
+    let killed_at = Instant::now();
+    kill_valkey_server(&client, &ns, &old_master).await.unwrap();
+    let (master, took) = new_master(
+        &client,
+        &ns,
+        &old_master,
+        killed_at,
+        Duration::from_secs(90),
+    )
+    .await
+    .unwrap();
+    eprintln!("crash: {old_master} -> {master} in {took:?}");
+    whole_again(&client, &ns, &master).await.unwrap();
+    let after = writer.acked().await;
+    wait_for_writes(&writer, after + 300).await;
+    let log = writer.stop().await;
+
+    let ip = master_ip(&client, &ns).await.unwrap();
+    let missing_confirmed = missing_keys(&ip, &log.confirmed).await.unwrap();
+    let missing_acked = missing_keys(&ip, &log.acked).await.unwrap();
+    eprintln!(
+        "crash: {} OK'd, {} confirmed by 2 replicas; lost: {} confirmed, {} OK-only; longest gap between OKs {:?}; {} errors (first: {:?})",
+        log.acked.len(),
+        log.confirmed.len(),
+        missing_confirmed.len(),
+        missing_acked.len(),
+        log.longest_gap(),
+        log.error_count,
+        log.errors.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        missing_confirmed.is_empty(),
+        "confirmed writes lost: {:?}",
+        missing_confirmed.iter().take(20).collect::<Vec<_>>()
+    );
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_in_place_never_serves_empty_to_its_replicas() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-guard").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let mut master = create_ha(&client, &ns, ", persistence: {enabled: false}")
+        .await
+        .unwrap();
+
+    let writer = Writer::start(
+        client.clone(),
+        ns.clone(),
+        NAME.into(),
+        "guard".into(),
+        Some(2),
+    );
+    wait_for_writes(&writer, 300).await;
+    for round in 1..=3 {
+        let pods = Pods::list(&client, &ns).await.unwrap();
+        let others: Vec<(String, String)> = pods
+            .names_with_prefix(&format!("{NAME}-"))
+            .into_iter()
+            .filter(|p| *p != master)
+            .map(|p| {
+                let ip = pods.ip(&p).unwrap();
+                (p, ip)
+            })
+            .collect();
+        let confirmed_before = writer.confirmed().await;
+        let killed_at = Instant::now();
+        kill_valkey_server(&client, &ns, &master).await.unwrap();
+
+        // Watch the two former replicas' key counts until the cluster is whole again.
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch = {
+            let others = others.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut lowest: Vec<Option<i64>> = vec![None; others.len()];
+                while !stop.load(Ordering::SeqCst) {
+                    for (i, (_, ip)) in others.iter().enumerate() {
+                        if let Ok(Reply::Int(n)) = call(ip, VALKEY_PORT, &["DBSIZE"]).await {
+                            lowest[i] = Some(lowest[i].map_or(n, |l| l.min(n)));
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                lowest
+            })
+        };
+        let (new, took) = new_master(&client, &ns, &master, killed_at, Duration::from_secs(90))
+            .await
+            .unwrap();
+        whole_again(&client, &ns, &new).await.unwrap();
+        stop.store(true, Ordering::SeqCst);
+        let lowest = watch.await.unwrap();
+        eprintln!(
+            "guard round {round}: killed {master}, new master {new} after {took:?}; confirmed before the kill {confirmed_before}; lowest key counts of {:?} since the kill: {lowest:?}",
+            others.iter().map(|(p, _)| p).collect::<Vec<_>>()
+        );
+        for ((pod, _), lowest) in others.iter().zip(&lowest) {
+            let lowest = lowest.unwrap_or_else(|| panic!("{pod} never answered DBSIZE"));
+            assert!(
+                lowest >= i64::try_from(confirmed_before).unwrap(),
+                "round {round}: {pod} fell to {lowest} keys, below the {confirmed_before} it had confirmed (resynced from an empty master?)"
+            );
+        }
+        master = new;
+        let after = writer.acked().await;
+        wait_for_writes(&writer, after + 200).await;
+    }
+    let log = writer.stop().await;
+    let ip = master_ip(&client, &ns).await.unwrap();
+    let missing_confirmed = missing_keys(&ip, &log.confirmed).await.unwrap();
+    let missing_acked = missing_keys(&ip, &log.acked).await.unwrap();
+    eprintln!(
+        "guard: {} OK'd, {} confirmed; lost {} confirmed, {} OK-only; {} errors",
+        log.acked.len(),
+        log.confirmed.len(),
+        missing_confirmed.len(),
+        missing_acked.len(),
+        log.error_count
+    );
+    assert!(
+        missing_confirmed.is_empty(),
+        "confirmed writes lost: {:?}",
+        missing_confirmed.iter().take(20).collect::<Vec<_>>()
+    );
+
+    namespace.cleanup().await.unwrap();
+}
