@@ -80,6 +80,22 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(seconds.min(300))
 }
 
+/// How often a pass blocked by a foreign object is retried at most. Its removal triggers nothing
+/// (the foreign object has no owner reference to map it back), and passes that other events
+/// trigger while it blocks drive the backoff to 5 min within seconds, so without this cap the
+/// Valkey stayed blocked for minutes after the user removed the object.
+const FOREIGN_OBJECT_RECHECK: Duration = Duration::from_secs(15);
+
+/// Requeue delay after `failures` consecutive failed passes that ended with `reason`.
+pub fn requeue_delay(reason: &str, failures: u32) -> Duration {
+    let delay = backoff(failures);
+    if reason == vko_api::ConditionReason::ForeignObject.as_str() {
+        delay.min(FOREIGN_OBJECT_RECHECK)
+    } else {
+        delay
+    }
+}
+
 /// The Secrets one `Valkey` references, as observed.
 #[derive(Default)]
 struct SecretView {
@@ -530,7 +546,7 @@ pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Ac
             *count
         })
         .unwrap_or(1);
-    let delay = backoff(failures);
+    let delay = requeue_delay(error.reason(), failures);
     tracing::warn!(
         namespace = valkey.namespace().unwrap_or_default(),
         name = valkey.name_any(),
@@ -734,6 +750,13 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_foreign_object_block_is_rechecked_within_fifteen_seconds() {
+        assert_eq!(requeue_delay("ForeignObject", 30), Duration::from_secs(15));
+        assert_eq!(requeue_delay("ForeignObject", 1), Duration::from_secs(5));
+        assert_eq!(requeue_delay("WriteFailed", 30), Duration::from_secs(300));
+    }
 
     #[test]
     fn backoff_doubles_from_five_seconds_up_to_five_minutes() {
