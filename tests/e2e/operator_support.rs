@@ -52,7 +52,11 @@ fn operator_binary() -> PathBuf {
     std::env::var_os("VKO_OPERATOR_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/vko-operator")
+            // The same target directory cargo builds into (and the testbed maps the operator image to).
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+                .join("debug/vko-operator")
         })
 }
 

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("\n==> unit tests: skipped (--skip-unit)");
         } else {
             steps.run("unit tests: cargo test --workspace", || {
-                testbed::cargo(&["test", "--workspace"])
+                testbed::cargo(&["test", "--workspace", "--no-fail-fast"])
             });
         }
         let testbed_up = steps.run("testbed up", || {
@@ -171,7 +171,15 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
     let paths = Paths::from_env();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args(["test", "--package", "vko-e2e", "--features", "e2e"])
+        // --no-fail-fast: one failing test binary must not hide the results of the others.
+        .args([
+            "test",
+            "--no-fail-fast",
+            "--package",
+            "vko-e2e",
+            "--features",
+            "e2e",
+        ])
         .args(extra_args)
         .current_dir(root)
         .env("KUBECONFIG", paths.admin_kubeconfig())
