@@ -274,6 +274,8 @@ string_enum! {
         ClusterNotReady => "ClusterNotReady",
         /// RollingUpdatePaused=True: a replaced pod did not sync within syncTimeout.
         SyncTimeoutExpired => "SyncTimeoutExpired",
+        /// RollingUpdatePaused=True: the master switchover did not take effect (vko-roll).
+        SwitchoverFailed => "SwitchoverFailed",
         /// RollingUpdatePaused / SentinelUpdatePending=False: the roll finished.
         Completed => "Completed",
         /// RollingUpdatePaused=False: nothing left to roll.
