@@ -78,6 +78,10 @@ pub enum Error {
     /// A reply did not have the expected shape or a required field was missing or malformed.
     #[error("cannot parse {what}: {detail}")]
     Parse { what: String, detail: String },
+
+    /// A planned switchover stopped at `step`; the old master was unpaused and kept its role.
+    #[error("switchover failed at {step}: {detail}")]
+    Switchover { step: &'static str, detail: String },
 }
 
 /// Result alias used throughout the crate.
@@ -105,6 +109,7 @@ impl Error {
             Error::NoQuorum(_) => "NoQuorum",
             Error::Server { .. } => "ServerError",
             Error::Parse { .. } => "ParseError",
+            Error::Switchover { .. } => "SwitchoverFailed",
         }
     }
 

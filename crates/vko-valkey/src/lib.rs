@@ -4,12 +4,14 @@
 //! * [`client`]: [`ValkeyClient`] and [`SentinelClient`], async, one connection each, TLS via rustls
 //!   (ring) and per-call timeouts. The wire library (fred) is an implementation detail: none of its
 //!   types appear in this crate's API, so it can be replaced.
+//! * [`switchover`]: the planned, lossless hand-over of the master role (sidecar and operator).
 //! * [`Error`]: one error enum with a stable [`Error::reason`].
 
 pub mod client;
 mod error;
 pub mod parse;
 mod reply;
+pub mod switchover;
 
 pub use client::{
     ConnectOptions, SentinelClient, TlsOptions, ValkeyClient, install_default_crypto_provider,
