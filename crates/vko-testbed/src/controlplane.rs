@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use tokio_util::sync::CancellationToken;
 
 use crate::paths::{self, Paths};
-use crate::pki::{APISERVER_BRIDGE_IP, Pki};
+use crate::pki::{APISERVER_BRIDGE_IP, E2E_OPERATOR_STEM, E2E_OPERATOR_USER, Pki};
 use crate::{Error, Result, control, net};
 
 /// etcd's client and peer ports (off the defaults so a host etcd does not collide).
@@ -35,6 +35,33 @@ const LOG_TAIL_LINES: usize = 30;
 /// The API server's URL, as every client (host, pods) sees it.
 pub fn apiserver_url() -> String {
     format!("https://{APISERVER_BRIDGE_IP}:{APISERVER_PORT}")
+}
+
+/// The API server's audit policy: every request at level Metadata (who, verb, resource, response
+/// code; no bodies), without the RequestReceived stage (each request would be logged once more for
+/// nothing). The least-privilege check reads which requests the operator made from it.
+pub const AUDIT_POLICY: &str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+";
+
+/// The API server's audit log (JSON lines), thrown away with the testbed.
+pub fn audit_log(paths: &Paths) -> PathBuf {
+    paths.logs_dir().join("audit.log")
+}
+
+/// The audit policy file the API server reads ([`AUDIT_POLICY`]).
+pub fn audit_policy(paths: &Paths) -> PathBuf {
+    paths.state_dir().join("audit-policy.yaml")
+}
+
+/// The kubeconfig of the operator under test ([`E2E_OPERATOR_USER`], no groups, only what RBAC
+/// grants): `<state dir>/operator.kubeconfig`.
+pub fn operator_kubeconfig(paths: &Paths) -> PathBuf {
+    paths.kubeconfig(E2E_OPERATOR_STEM)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -365,6 +392,15 @@ impl ControlPlane {
         ] {
             write_kubeconfig(&self.paths.kubeconfig(user), &pki, user, cert_stem)?;
         }
+        write_kubeconfig(
+            &operator_kubeconfig(&self.paths),
+            &pki,
+            E2E_OPERATOR_USER,
+            E2E_OPERATOR_STEM,
+        )?;
+        let policy = audit_policy(&self.paths);
+        std::fs::write(&policy, AUDIT_POLICY)
+            .map_err(Error::io(format!("writing {}", policy.display())))?;
         self.pki = Some(pki.clone());
 
         let etcd = self.spawn("etcd", self.etcd_args())?;
@@ -525,6 +561,12 @@ impl ControlPlane {
             // kubelet, which speaks the v4/v5 channel protocol (beta gate, not locked in 1.34).
             "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
             "--profiling=false".into(),
+            format!("--audit-policy-file={}", path(audit_policy(&self.paths))),
+            // Appended to (also across an API-server restart), never rotated: the whole suite's
+            // requests stay in one file for the least-privilege check.
+            format!("--audit-log-path={}", path(audit_log(&self.paths))),
+            "--audit-log-format=json".into(),
+            "--audit-log-maxsize=0".into(),
         ]
     }
 
@@ -1178,6 +1220,29 @@ mod tests {
         let mut command = Command::new("true");
         die_with_parent(&mut command);
         assert!(command.status().unwrap().success());
+    }
+
+    #[test]
+    fn apiserver_writes_the_audit_log_with_the_metadata_policy() {
+        let paths = Paths::new("/run/vko-testbed-audit-test");
+        let control_plane = ControlPlane::new(paths.clone(), PathBuf::from("/nonexistent"));
+        let args = control_plane.apiserver_args(&Pki::open(&paths.pki_dir()));
+        assert!(
+            args.contains(&"--audit-log-path=/run/vko-testbed-audit-test/logs/audit.log".into())
+        );
+        assert!(
+            args.contains(
+                &"--audit-policy-file=/run/vko-testbed-audit-test/audit-policy.yaml".into()
+            )
+        );
+        assert!(args.contains(&"--audit-log-format=json".into()));
+        let policy: serde_json::Value = serde_norway::from_str(AUDIT_POLICY).unwrap();
+        assert_eq!(policy["kind"], "Policy");
+        assert_eq!(policy["omitStages"], serde_json::json!(["RequestReceived"]));
+        assert_eq!(
+            policy["rules"],
+            serde_json::json!([{ "level": "Metadata" }])
+        );
     }
 
     #[test]

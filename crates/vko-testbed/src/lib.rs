@@ -14,6 +14,7 @@ pub mod kubelet;
 pub mod net;
 pub mod paths;
 pub mod pki;
+pub mod rbac_audit;
 pub mod runtime;
 
 pub use error::{Error, Result};

@@ -27,8 +27,14 @@ pub const APISERVER_DNS_NAMES: [&str; 5] = [
     "localhost",
 ];
 
-/// Client identities the control plane uses: (file stem, common name, organization).
-const CLIENTS: [(&str, &str, Option<&str>); 4] = [
+/// The user the operator under test authenticates as (no groups: it gets exactly what RBAC grants it,
+/// which is how the end-to-end suite exercises the chart's ClusterRole).
+pub const E2E_OPERATOR_USER: &str = "vko-e2e-operator";
+/// File stem of that user's certificate and key (and of `operator.kubeconfig`).
+pub const E2E_OPERATOR_STEM: &str = "operator";
+
+/// Client identities of the testbed: (file stem, common name, organization).
+const CLIENTS: [(&str, &str, Option<&str>); 5] = [
     ("admin", "admin", Some("system:masters")),
     (
         "kube-controller-manager",
@@ -42,6 +48,7 @@ const CLIENTS: [(&str, &str, Option<&str>); 4] = [
         "kube-apiserver-kubelet-client",
         Some("system:masters"),
     ),
+    (E2E_OPERATOR_STEM, E2E_OPERATOR_USER, None),
 ];
 
 const CA_COMMON_NAME: &str = "vko-testbed-ca";
@@ -139,7 +146,7 @@ impl Pki {
         self.key("apiserver")
     }
     /// Certificate of a client identity: `admin`, `kube-controller-manager`, `kube-scheduler`,
-    /// `apiserver-kubelet-client`.
+    /// `apiserver-kubelet-client`, `operator` ([`E2E_OPERATOR_USER`]).
     pub fn cert(&self, stem: &str) -> PathBuf {
         self.dir.join(format!("{stem}.crt"))
     }
@@ -301,6 +308,7 @@ mod tests {
             "kube-controller-manager",
             "kube-scheduler",
             "apiserver-kubelet-client",
+            E2E_OPERATOR_STEM,
         ] {
             files.push(pki.cert(stem));
             files.push(pki.key(stem));
@@ -330,6 +338,10 @@ mod tests {
         }
         let admin = pem_der(&pki.cert("admin"));
         assert!(contains(&admin, b"system:masters"));
+        // The operator under test gets only what RBAC grants: no group, least of all system:masters.
+        let operator = pem_der(&pki.cert(E2E_OPERATOR_STEM));
+        assert!(contains(&operator, E2E_OPERATOR_USER.as_bytes()));
+        assert!(!contains(&operator, b"system:masters"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

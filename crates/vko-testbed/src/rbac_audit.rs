@@ -1,0 +1,761 @@
+//! The least-privilege check of the operator's RBAC: which requests the operator really made (read
+//! from the API server's audit log, see [`crate::controlplane::AUDIT_POLICY`]) against what its
+//! ClusterRole grants. Pure: parsing and comparing only; `cargo xtask rbac-check` does the I/O.
+//!
+//! The verdict fails when
+//! - a rule grants a write verb (anything but get, list, watch) on a resource the operator never used
+//!   that verb on (the grant is broader than needed),
+//! - a rule uses a wildcard (`*`): no recording can prove a wildcard is needed,
+//! - the operator was refused (HTTP 403): a rule is missing,
+//! - the log is too thin to prove anything (fewer than the minimum of operator requests, or no
+//!   successful write at all), so the check never passes vacuously.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde::Deserialize;
+
+/// Verbs that only read; every other verb (create, update, patch, delete, deletecollection, and the
+/// special ones such as bind, escalate, impersonate) changes something and must be proved needed.
+pub const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// Whether `verb` changes something (see [`READ_VERBS`]).
+pub fn is_write_verb(verb: &str) -> bool {
+    !READ_VERBS.contains(&verb)
+}
+
+/// Who counts as "the operator" in the audit log.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorIdentities {
+    /// Exact user names (the host-process operator's client certificate CN).
+    pub users: Vec<String>,
+    /// ServiceAccount names (any namespace) of an in-cluster operator: `system:serviceaccount:<ns>:<name>`.
+    pub service_accounts: Vec<String>,
+}
+
+impl OperatorIdentities {
+    pub fn matches(&self, username: &str) -> bool {
+        if self.users.iter().any(|user| user == username) {
+            return true;
+        }
+        username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(_, name)| self.service_accounts.iter().any(|sa| sa == name))
+    }
+}
+
+/// One API request, as the audit log records it (the fields the check needs).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Request {
+    pub user: String,
+    pub verb: String,
+    pub target: Target,
+    /// The HTTP status of the response (0 when the log has none, for example a panic).
+    pub code: u16,
+}
+
+/// What a request was about: a resource (with its API group, optional subresource, whether it named a
+/// namespace, and the object's name when it had one), or a non-resource URL path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    Resource {
+        api_group: String,
+        resource: String,
+        subresource: Option<String>,
+        namespaced: bool,
+        name: Option<String>,
+    },
+    NonResource {
+        path: String,
+    },
+}
+
+impl Target {
+    /// `resource` or `resource/subresource`, the way RBAC rules name it.
+    fn rbac_resource(&self) -> Option<String> {
+        match self {
+            Target::Resource {
+                resource,
+                subresource: Some(subresource),
+                ..
+            } => Some(format!("{resource}/{subresource}")),
+            Target::Resource { resource, .. } => Some(resource.clone()),
+            Target::NonResource { .. } => None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    #[serde(rename = "auditID")]
+    audit_id: String,
+    stage: String,
+    verb: String,
+    #[serde(rename = "requestURI")]
+    request_uri: String,
+    user: AuditUser,
+    object_ref: Option<AuditObjectRef>,
+    response_status: Option<AuditStatus>,
+}
+
+#[derive(Deserialize)]
+struct AuditUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditObjectRef {
+    #[serde(default)]
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    #[serde(default)]
+    api_group: String,
+    subresource: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AuditStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// What reading an audit log gave.
+#[derive(Debug, Default)]
+pub struct AuditLog {
+    /// Every request of an operator identity, once each (keyed by audit ID; the last stage wins).
+    pub requests: Vec<Request>,
+    /// Lines (events) read, of anyone.
+    pub events: usize,
+    /// Lines that were not audit events.
+    pub unparsable_lines: usize,
+}
+
+/// Reads the JSON-lines audit log `text`, keeping the requests of `identities`. A request appears in
+/// several stages (ResponseStarted for watches, then ResponseComplete); it counts once.
+pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
+    let mut log = AuditLog::default();
+    let mut by_id: HashMap<String, usize> = HashMap::new();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        let Ok(event) = serde_json::from_str::<AuditEvent>(line) else {
+            log.unparsable_lines += 1;
+            continue;
+        };
+        log.events += 1;
+        if !identities.matches(&event.user.username) {
+            continue;
+        }
+        let target = match event.object_ref {
+            Some(object) if !object.resource.is_empty() => Target::Resource {
+                api_group: object.api_group,
+                resource: object.resource,
+                subresource: object.subresource.filter(|sub| !sub.is_empty()),
+                namespaced: object.namespace.is_some_and(|ns| !ns.is_empty()),
+                name: object.name.filter(|name| !name.is_empty()),
+            },
+            _ => Target::NonResource {
+                path: event
+                    .request_uri
+                    .split('?')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            },
+        };
+        let request = Request {
+            user: event.user.username,
+            verb: event.verb,
+            target,
+            code: event.response_status.map(|status| status.code).unwrap_or(0),
+        };
+        match by_id.get(&event.audit_id) {
+            Some(&index) => {
+                // ResponseComplete (or Panic) carries the final code.
+                if event.stage != "ResponseStarted" {
+                    log.requests[index] = request;
+                }
+            }
+            None => {
+                by_id.insert(event.audit_id, log.requests.len());
+                log.requests.push(request);
+            }
+        }
+    }
+    log
+}
+
+/// One (verb, resource) a rule grants and nobody used.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    pub verb: String,
+    pub api_group: String,
+    /// `resource` or `resource/subresource`, or a non-resource URL.
+    pub resource: String,
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.resource.starts_with('/') {
+            "non-resource URL"
+        } else if self.api_group.is_empty() {
+            "core"
+        } else {
+            &self.api_group
+        };
+        write!(f, "{} {} ({group})", self.verb, self.resource)
+    }
+}
+
+/// What the operator used, summarised: (verb, group, resource[/sub], namespaced?) → request count.
+pub type UsageTable = BTreeMap<(String, String, String, bool), usize>;
+
+/// Thresholds under which the log proves nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Minimums {
+    pub requests: usize,
+    pub successful_writes: usize,
+}
+
+/// The check's outcome.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub operator_requests: usize,
+    pub successful_writes: usize,
+    pub usage: UsageTable,
+    /// Granted write verbs nobody used: the ClusterRole is broader than needed.
+    pub unused_writes: Vec<Grant>,
+    /// Granted read verbs nobody used (reported, not failed: reads change nothing).
+    pub unused_reads: Vec<Grant>,
+    /// Rules with a `*` (printed as the rule's index and what the wildcard is in).
+    pub wildcards: Vec<String>,
+    /// Requests the API server refused with 403: (verb, target), with their count.
+    pub forbidden: BTreeMap<(String, String), usize>,
+    /// Why the log is too thin to prove anything, if it is.
+    pub too_thin: Vec<String>,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.unused_writes.is_empty()
+            && self.wildcards.is_empty()
+            && self.forbidden.is_empty()
+            && self.too_thin.is_empty()
+    }
+}
+
+fn rule_list(values: &Option<Vec<String>>) -> &[String] {
+    values.as_deref().unwrap_or_default()
+}
+
+/// Whether `request` is one `rule` allows with `verb` on `api_group`/`resource` (a single expanded
+/// grant of the rule): verb, group and resource equal, and the object's name among the rule's
+/// resourceNames when it lists any.
+fn request_uses(request: &Request, grant: &Grant, resource_names: &[String]) -> bool {
+    if request.verb != grant.verb {
+        return false;
+    }
+    match &request.target {
+        Target::Resource {
+            api_group, name, ..
+        } => {
+            *api_group == grant.api_group
+                && request.target.rbac_resource().as_deref() == Some(grant.resource.as_str())
+                && (resource_names.is_empty()
+                    || name
+                        .as_ref()
+                        .is_some_and(|name| resource_names.contains(name)))
+        }
+        Target::NonResource { path } => {
+            grant.api_group.is_empty()
+                && match grant.resource.strip_suffix('*') {
+                    Some(prefix) => path.starts_with(prefix),
+                    None => *path == grant.resource,
+                }
+        }
+    }
+}
+
+/// Compares the rules with the recorded requests.
+pub fn check(rules: &[PolicyRule], requests: &[Request], minimums: Minimums) -> Verdict {
+    let mut verdict = Verdict {
+        operator_requests: requests.len(),
+        ..Verdict::default()
+    };
+    let granted: Vec<&Request> = requests.iter().filter(|r| r.code != 403).collect();
+    verdict.successful_writes = granted
+        .iter()
+        .filter(|r| is_write_verb(&r.verb) && (200..300).contains(&r.code))
+        .count();
+    for request in requests {
+        let target = match &request.target {
+            Target::Resource {
+                api_group,
+                namespaced,
+                ..
+            } => {
+                let resource = request.target.rbac_resource().unwrap_or_default();
+                let group = if api_group.is_empty() {
+                    "core".to_string()
+                } else {
+                    api_group.clone()
+                };
+                if request.code != 403 {
+                    *verdict
+                        .usage
+                        .entry((
+                            request.verb.clone(),
+                            api_group.clone(),
+                            resource.clone(),
+                            *namespaced,
+                        ))
+                        .or_default() += 1;
+                }
+                let scope = if *namespaced {
+                    "namespaced"
+                } else {
+                    "cluster-wide"
+                };
+                format!("{resource} ({group}, {scope}) as {}", request.user)
+            }
+            Target::NonResource { path } => {
+                if request.code != 403 {
+                    *verdict
+                        .usage
+                        .entry((request.verb.clone(), String::new(), path.clone(), false))
+                        .or_default() += 1;
+                }
+                format!("{path} as {}", request.user)
+            }
+        };
+        if request.code == 403 {
+            *verdict
+                .forbidden
+                .entry((request.verb.clone(), target))
+                .or_default() += 1;
+        }
+    }
+
+    for (index, rule) in rules.iter().enumerate() {
+        let groups = rule_list(&rule.api_groups);
+        let resources = rule_list(&rule.resources);
+        let non_resource_urls = rule_list(&rule.non_resource_urls);
+        let resource_names = rule_list(&rule.resource_names);
+        let mut wildcard_in = Vec::new();
+        if rule.verbs.iter().any(|verb| verb == "*") {
+            wildcard_in.push("verbs");
+        }
+        if groups.iter().any(|group| group == "*") {
+            wildcard_in.push("apiGroups");
+        }
+        if resources
+            .iter()
+            .any(|resource| resource == "*" || resource.starts_with("*/"))
+        {
+            wildcard_in.push("resources");
+        }
+        if non_resource_urls.iter().any(|url| url == "*") {
+            wildcard_in.push("nonResourceURLs");
+        }
+        if !wildcard_in.is_empty() {
+            verdict
+                .wildcards
+                .push(format!("rule {index}: `*` in {}", wildcard_in.join(", ")));
+            continue;
+        }
+        let mut expanded = Vec::new();
+        for verb in &rule.verbs {
+            for group in groups {
+                for resource in resources {
+                    expanded.push(Grant {
+                        verb: verb.clone(),
+                        api_group: group.clone(),
+                        resource: resource.clone(),
+                    });
+                }
+            }
+            for url in non_resource_urls {
+                expanded.push(Grant {
+                    verb: verb.clone(),
+                    api_group: String::new(),
+                    resource: url.clone(),
+                });
+            }
+        }
+        for grant in expanded {
+            let used = granted
+                .iter()
+                .any(|request| request_uses(request, &grant, resource_names));
+            if used {
+                continue;
+            }
+            if is_write_verb(&grant.verb) {
+                verdict.unused_writes.push(grant);
+            } else {
+                verdict.unused_reads.push(grant);
+            }
+        }
+    }
+    for list in [&mut verdict.unused_writes, &mut verdict.unused_reads] {
+        list.sort();
+        list.dedup();
+    }
+
+    if verdict.operator_requests < minimums.requests {
+        verdict.too_thin.push(format!(
+            "only {} operator requests in the audit log (at least {} expected after the end-to-end suite)",
+            verdict.operator_requests, minimums.requests
+        ));
+    }
+    if verdict.successful_writes < minimums.successful_writes {
+        verdict.too_thin.push(format!(
+            "only {} successful operator writes in the audit log (at least {} expected)",
+            verdict.successful_writes, minimums.successful_writes
+        ));
+    }
+    verdict
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "operator requests: {} ({} successful writes)",
+            self.operator_requests, self.successful_writes
+        )?;
+        writeln!(f, "used (verb, resource, scope: requests):")?;
+        for ((verb, group, resource, namespaced), count) in &self.usage {
+            let group = if group.is_empty() { "core" } else { group };
+            let scope = if *namespaced {
+                "namespaced"
+            } else {
+                "cluster-wide"
+            };
+            writeln!(f, "  {verb:<8} {resource} ({group}, {scope}): {count}")?;
+        }
+        let sections: [(&str, Vec<String>); 5] = [
+            (
+                "FAIL granted write verbs nobody used (remove them from the ClusterRole)",
+                self.unused_writes.iter().map(Grant::to_string).collect(),
+            ),
+            ("FAIL wildcards", self.wildcards.clone()),
+            (
+                "FAIL forbidden requests (a rule is missing)",
+                self.forbidden
+                    .iter()
+                    .map(|((verb, target), count)| format!("{verb} {target}: {count}"))
+                    .collect(),
+            ),
+            ("FAIL the log proves nothing", self.too_thin.clone()),
+            (
+                "note: granted read verbs nobody used (not failed)",
+                self.unused_reads.iter().map(Grant::to_string).collect(),
+            ),
+        ];
+        for (title, lines) in sections {
+            if lines.is_empty() {
+                continue;
+            }
+            writeln!(f, "{title}:")?;
+            for line in lines {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        write!(
+            f,
+            "verdict: {}",
+            if self.passed() { "PASS" } else { "FAIL" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOW: Minimums = Minimums {
+        requests: 1,
+        successful_writes: 1,
+    };
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        let strings = |values: &[&str]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+        PolicyRule {
+            api_groups: Some(strings(groups)),
+            resources: Some(strings(resources)),
+            verbs: strings(verbs),
+            ..PolicyRule::default()
+        }
+    }
+
+    fn request(verb: &str, group: &str, resource: &str, code: u16) -> Request {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(sub.to_string())),
+            None => (resource, None),
+        };
+        Request {
+            user: "vko-e2e-operator".into(),
+            verb: verb.into(),
+            target: Target::Resource {
+                api_group: group.into(),
+                resource: resource.into(),
+                subresource,
+                namespaced: true,
+                name: Some("x".into()),
+            },
+            code,
+        }
+    }
+
+    fn grants(list: &[Grant]) -> Vec<String> {
+        list.iter().map(Grant::to_string).collect()
+    }
+
+    #[test]
+    fn table_of_rules_and_uses() {
+        struct Case {
+            name: &'static str,
+            rules: Vec<PolicyRule>,
+            used: Vec<Request>,
+            unused_writes: Vec<&'static str>,
+            forbidden: usize,
+            wildcards: usize,
+            passed: bool,
+        }
+        let cases = vec![
+            Case {
+                name: "every granted write was used",
+                rules: vec![rule(
+                    &["apps"],
+                    &["statefulsets"],
+                    &["get", "create", "patch"],
+                )],
+                used: vec![
+                    request("create", "apps", "statefulsets", 201),
+                    request("patch", "apps", "statefulsets", 200),
+                ],
+                unused_writes: vec![],
+                forbidden: 0,
+                wildcards: 0,
+                passed: true,
+            },
+            Case {
+                name: "an unused delete fails",
+                rules: vec![rule(&[""], &["services"], &["create", "delete"])],
+                used: vec![request("create", "", "services", 201)],
+                unused_writes: vec!["delete services (core)"],
+                forbidden: 0,
+                wildcards: 0,
+                passed: false,
+            },
+            Case {
+                name: "a write used on another group does not count",
+                rules: vec![rule(&["policy"], &["poddisruptionbudgets"], &["patch"])],
+                used: vec![request("patch", "apps", "poddisruptionbudgets", 200)],
+                unused_writes: vec!["patch poddisruptionbudgets (policy)"],
+                forbidden: 0,
+                wildcards: 0,
+                passed: false,
+            },
+            Case {
+                name: "a subresource is its own resource",
+                rules: vec![rule(
+                    &["vko.gtrfc.com"],
+                    &["valkeys", "valkeys/status"],
+                    &["patch"],
+                )],
+                used: vec![request("patch", "vko.gtrfc.com", "valkeys/status", 200)],
+                unused_writes: vec!["patch valkeys (vko.gtrfc.com)"],
+                forbidden: 0,
+                wildcards: 0,
+                passed: false,
+            },
+            Case {
+                name: "a refused request is a missing rule, not a use",
+                rules: vec![rule(&[""], &["configmaps"], &["create"])],
+                used: vec![
+                    request("create", "", "configmaps", 201),
+                    request("delete", "", "configmaps", 403),
+                ],
+                unused_writes: vec![],
+                forbidden: 1,
+                wildcards: 0,
+                passed: false,
+            },
+            Case {
+                name: "a write answered 404 or 409 still used the grant",
+                rules: vec![rule(&[""], &["pods"], &["delete", "update"])],
+                used: vec![
+                    request("delete", "", "pods", 404),
+                    request("update", "", "pods", 409),
+                    request("create", "", "events", 201),
+                ],
+                unused_writes: vec![],
+                forbidden: 0,
+                wildcards: 0,
+                passed: true,
+            },
+            Case {
+                name: "wildcards fail whatever was used",
+                rules: vec![
+                    rule(&["*"], &["pods"], &["get"]),
+                    rule(&[""], &["*"], &["*"]),
+                ],
+                used: vec![request("create", "", "pods", 201)],
+                unused_writes: vec![],
+                forbidden: 0,
+                wildcards: 2,
+                passed: false,
+            },
+            Case {
+                name: "unused reads are noted, not failed",
+                rules: vec![rule(
+                    &[""],
+                    &["secrets", "pods"],
+                    &["get", "list", "create"],
+                )],
+                used: vec![
+                    request("create", "", "secrets", 201),
+                    request("create", "", "pods", 201),
+                ],
+                unused_writes: vec![],
+                forbidden: 0,
+                wildcards: 0,
+                passed: true,
+            },
+        ];
+        for case in cases {
+            let verdict = check(&case.rules, &case.used, LOW);
+            assert_eq!(
+                grants(&verdict.unused_writes),
+                case.unused_writes,
+                "{}",
+                case.name
+            );
+            assert_eq!(verdict.forbidden.len(), case.forbidden, "{}", case.name);
+            assert_eq!(verdict.wildcards.len(), case.wildcards, "{}", case.name);
+            assert_eq!(verdict.passed(), case.passed, "{}\n{verdict}", case.name);
+        }
+    }
+
+    #[test]
+    fn resource_names_restrict_what_counts_as_a_use() {
+        let mut lease_rule = rule(&["coordination.k8s.io"], &["leases"], &["update"]);
+        lease_rule.resource_names = Some(vec!["vko-operator-leader".into()]);
+        let mut other = request("update", "coordination.k8s.io", "leases", 200);
+        let verdict = check(std::slice::from_ref(&lease_rule), &[other.clone()], LOW);
+        assert_eq!(
+            grants(&verdict.unused_writes),
+            ["update leases (coordination.k8s.io)"]
+        );
+        if let Target::Resource { name, .. } = &mut other.target {
+            *name = Some("vko-operator-leader".into());
+        }
+        assert!(check(&[lease_rule], &[other], LOW).passed());
+    }
+
+    #[test]
+    fn an_empty_or_read_only_log_never_passes() {
+        let rules = [rule(&[""], &["pods"], &["get"])];
+        let empty = check(&rules, &[], LOW);
+        assert!(!empty.passed());
+        assert_eq!(empty.too_thin.len(), 2, "{empty}");
+        let reads = check(&rules, &[request("get", "", "pods", 200)], LOW);
+        assert!(!reads.passed(), "no write at all: {reads}");
+        let minimums = Minimums {
+            requests: 3,
+            successful_writes: 1,
+        };
+        let few = check(&rules, &[request("create", "", "pods", 201)], minimums);
+        assert!(
+            few.too_thin[0].contains("only 1 operator requests"),
+            "{few}"
+        );
+        // A refused write is not a successful one.
+        let refused = check(&rules, &[request("create", "", "pods", 403)], LOW);
+        assert_eq!(refused.successful_writes, 0);
+    }
+
+    #[test]
+    fn reads_the_audit_log_once_per_request_for_operator_identities_only() {
+        let identities = OperatorIdentities {
+            users: vec!["vko-e2e-operator".into()],
+            service_accounts: vec!["vko-valkey-operator".into()],
+        };
+        let log = r#"
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseStarted","requestURI":"/apis/vko.gtrfc.com/v1alpha1/valkeys?watch=true","verb":"watch","user":{"username":"vko-e2e-operator","groups":["system:authenticated"]},"objectRef":{"resource":"valkeys","apiGroup":"vko.gtrfc.com","apiVersion":"v1alpha1"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/apis/vko.gtrfc.com/v1alpha1/valkeys?watch=true","verb":"watch","user":{"username":"vko-e2e-operator","groups":["system:authenticated"]},"objectRef":{"resource":"valkeys","apiGroup":"vko.gtrfc.com","apiVersion":"v1alpha1"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a2","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/t/pods/p","verb":"delete","user":{"username":"admin","groups":["system:masters"]},"objectRef":{"resource":"pods","namespace":"t","name":"p","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a3","stage":"ResponseComplete","requestURI":"/apis/apps/v1/namespaces/t/statefulsets/s/status","verb":"patch","user":{"username":"system:serviceaccount:vko-system:vko-valkey-operator"},"objectRef":{"resource":"statefulsets","namespace":"t","name":"s","apiGroup":"apps","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"code":403}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a4","stage":"ResponseComplete","requestURI":"/version","verb":"get","user":{"username":"vko-e2e-operator"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a5","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/t/pods","verb":"list","user":{"username":"system:serviceaccount:vko-system:vko-valkey-operator-migrate"},"objectRef":{"resource":"pods","namespace":"t","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200}}
+not json
+"#;
+        let read = read_audit_log(log, &identities);
+        assert_eq!(read.events, 6);
+        assert_eq!(read.unparsable_lines, 1);
+        assert_eq!(read.requests.len(), 3, "{:#?}", read.requests);
+        assert_eq!(read.requests[0].verb, "watch");
+        assert_eq!(
+            read.requests[0].target,
+            Target::Resource {
+                api_group: "vko.gtrfc.com".into(),
+                resource: "valkeys".into(),
+                subresource: None,
+                namespaced: false,
+                name: None,
+            }
+        );
+        assert_eq!(read.requests[1].code, 403);
+        assert_eq!(
+            read.requests[1].target.rbac_resource().as_deref(),
+            Some("statefulsets/status")
+        );
+        assert_eq!(
+            read.requests[2].target,
+            Target::NonResource {
+                path: "/version".into()
+            }
+        );
+        let verdict = check(
+            &[rule(&["apps"], &["statefulsets/status"], &["patch"])],
+            &read.requests,
+            LOW,
+        );
+        assert_eq!(verdict.forbidden.len(), 1, "{verdict}");
+        assert_eq!(
+            grants(&verdict.unused_writes),
+            ["patch statefulsets/status (apps)"]
+        );
+    }
+
+    #[test]
+    fn non_resource_urls_match_exactly_or_by_prefix() {
+        let url_rule = PolicyRule {
+            non_resource_urls: Some(vec!["/metrics".into(), "/debug/*".into()]),
+            verbs: vec!["post".into()],
+            ..PolicyRule::default()
+        };
+        let post = |path: &str| Request {
+            user: "u".into(),
+            verb: "post".into(),
+            target: Target::NonResource { path: path.into() },
+            code: 200,
+        };
+        let verdict = check(
+            std::slice::from_ref(&url_rule),
+            &[post("/debug/pprof")],
+            LOW,
+        );
+        assert_eq!(
+            grants(&verdict.unused_writes),
+            ["post /metrics (non-resource URL)"]
+        );
+        let verdict = check(&[url_rule], &[post("/debug/x"), post("/metrics")], LOW);
+        assert!(verdict.unused_writes.is_empty(), "{verdict}");
+    }
+}
