@@ -10,7 +10,7 @@
 //! - the log is too thin to prove anything (fewer than the minimum of operator requests, or no
 //!   successful write at all), so the check never passes vacuously.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
