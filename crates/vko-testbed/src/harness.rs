@@ -258,6 +258,204 @@ pub async fn apply_yaml(
     Ok(applied)
 }
 
+// ---------------------------------------------------------------------------------------------
+// The chart's operator RBAC, bound to the operator under test
+// ---------------------------------------------------------------------------------------------
+
+/// Overrides where `helm` is (else `~/.cache/vko/helm-<HELM_VERSION>/helm`).
+pub const HELM_BIN_ENV: &str = "VKO_HELM_BIN";
+/// The helm release the cache directory is named after (`cargo xtask` builds it from `xtask/helm`).
+pub const HELM_VERSION: &str = "v3.22.0";
+/// Release name the end-to-end suite renders the chart's RBAC with: its objects are named
+/// `vko-e2e-rbac-valkey-operator`, apart from any release a helm test installs.
+pub const E2E_RBAC_RELEASE: &str = "vko-e2e-rbac";
+/// The namespace of the host-process operator's leader Lease (`--leader-election-namespace`).
+pub const E2E_LEASE_NAMESPACE: &str = "default";
+/// The chart's templates holding the operator's RBAC: ClusterRole + ClusterRoleBinding, and the
+/// leader-election Role + RoleBinding.
+pub const CHART_RBAC_TEMPLATES: [&str; 2] = [
+    "templates/clusterrole.yaml",
+    "templates/leader-election-role.yaml",
+];
+
+/// The `helm` binary: `VKO_HELM_BIN`, else the cache.
+pub fn helm_binary() -> PathBuf {
+    match std::env::var_os(HELM_BIN_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => paths::cache_root()
+            .join(format!("helm-{HELM_VERSION}"))
+            .join("helm"),
+    }
+}
+
+/// `helm template <release> <chart> --namespace <namespace> [--set k=v]... --show-only <t>...`:
+/// the rendered YAML of those templates (real helm, so the test sees what `helm install` applies).
+pub async fn helm_template(
+    chart: &Path,
+    release: &str,
+    namespace: &str,
+    set: &[&str],
+    show_only: &[&str],
+) -> Result<String> {
+    let helm = helm_binary();
+    if !helm.is_file() {
+        return Err(Error::Other(format!(
+            "{} does not exist: build helm (the chart's helper builds it from xtask/helm into the \
+             cache) or point {HELM_BIN_ENV} at a helm binary",
+            helm.display()
+        )));
+    }
+    let mut command = tokio::process::Command::new(&helm);
+    command
+        .arg("template")
+        .arg(release)
+        .arg(chart)
+        .args(["--namespace", namespace]);
+    for value in set {
+        command.args(["--set", value]);
+    }
+    for template in show_only {
+        command.args(["--show-only", template]);
+    }
+    run_output(
+        command,
+        &format!("helm template {release} {}", chart.display()),
+    )
+    .await
+}
+
+/// The documents of a multi-document YAML, as JSON values (empty documents dropped).
+pub fn yaml_documents(yaml: &str) -> Result<Vec<serde_json::Value>> {
+    let mut documents = Vec::new();
+    for document in serde_norway::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(document).map_err(|error| Error::Invalid {
+            what: "YAML".into(),
+            detail: error.to_string(),
+        })?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    Ok(documents)
+}
+
+/// The chart's operator RBAC as `helm template` renders it for [`E2E_RBAC_RELEASE`] with the Lease in
+/// [`E2E_LEASE_NAMESPACE`], every binding's subjects replaced by the user the host-process operator
+/// authenticates as ([`crate::pki::E2E_OPERATOR_USER`]). Rules and role references are the chart's,
+/// untouched: the operator under test gets exactly the chart's permissions.
+pub async fn chart_operator_rbac(chart: &Path) -> Result<Vec<serde_json::Value>> {
+    let lease_namespace = format!("leaderElection.namespace={E2E_LEASE_NAMESPACE}");
+    let yaml = helm_template(
+        chart,
+        E2E_RBAC_RELEASE,
+        E2E_LEASE_NAMESPACE,
+        &["leaderElection.enabled=true", &lease_namespace],
+        &CHART_RBAC_TEMPLATES,
+    )
+    .await?;
+    bind_to_e2e_operator(yaml_documents(&yaml)?)
+}
+
+/// Replaces the subjects of every (Cluster)RoleBinding with the end-to-end operator user; fails
+/// unless there is a ClusterRole, a Role and a binding for each.
+fn bind_to_e2e_operator(mut objects: Vec<serde_json::Value>) -> Result<Vec<serde_json::Value>> {
+    let kinds: Vec<String> = objects
+        .iter()
+        .map(|object| object["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        if !kinds.iter().any(|found| found == kind) {
+            return Err(Error::Invalid {
+                what: "the chart's operator RBAC".into(),
+                detail: format!("no {kind} among the rendered {kinds:?}"),
+            });
+        }
+    }
+    for object in &mut objects {
+        if object["kind"] == "ClusterRoleBinding" || object["kind"] == "RoleBinding" {
+            object["subjects"] = serde_json::json!([{
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "User",
+                "name": crate::pki::E2E_OPERATOR_USER,
+            }]);
+        }
+    }
+    Ok(objects)
+}
+
+/// The ClusterRole's rules among rendered RBAC objects.
+pub fn cluster_role_rules(
+    objects: &[serde_json::Value],
+) -> Result<Vec<k8s_openapi::api::rbac::v1::PolicyRule>> {
+    let role = objects
+        .iter()
+        .find(|object| object["kind"] == "ClusterRole")
+        .ok_or_else(|| Error::Other("no ClusterRole among the rendered objects".into()))?;
+    serde_json::from_value(role["rules"].clone()).map_err(|error| Error::Invalid {
+        what: "ClusterRole rules".into(),
+        detail: error.to_string(),
+    })
+}
+
+/// Applies the chart's operator RBAC bound to the end-to-end operator user (see
+/// [`chart_operator_rbac`]) and waits until the API server's authorizer grants it (RBAC is read from
+/// a watch cache, so a fresh binding takes a moment).
+pub async fn install_operator_rbac(client: &kube::Client, chart: &Path) -> Result<()> {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let objects = chart_operator_rbac(chart).await?;
+    let yaml = objects
+        .iter()
+        .map(|object| serde_json::to_string(object).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    apply_yaml(client, E2E_LEASE_NAMESPACE, &yaml).await?;
+
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    // One permission from each binding: the ClusterRole's watch on Valkeys, the Role's Lease create.
+    let probes = [
+        ("vko.gtrfc.com", "valkeys", "list", None),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "create",
+            Some(E2E_LEASE_NAMESPACE),
+        ),
+    ];
+    for (group, resource, verb, namespace) in probes {
+        let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": crate::pki::E2E_OPERATOR_USER,
+                "resourceAttributes": {
+                    "group": group, "resource": resource, "verb": verb, "namespace": namespace,
+                },
+            },
+        }))
+        .map_err(|error| Error::Other(format!("SubjectAccessReview: {error}")))?;
+        wait_until(
+            &format!(
+                "{} to be allowed to {verb} {resource}",
+                crate::pki::E2E_OPERATOR_USER
+            ),
+            Duration::from_secs(30),
+            || {
+                let reviews = reviews.clone();
+                let review = review.clone();
+                async move {
+                    let answer = reviews.create(&PostParams::default(), &review).await?;
+                    Ok(answer
+                        .status
+                        .is_some_and(|status| status.allowed)
+                        .then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Polls `check` every half second until it yields `Some`, for at most `timeout`. Errors from
 /// `check` count as "not yet" (the API server may be briefly unavailable in fault tests); the last
 /// one is part of the timeout error, which names `what` was awaited.
@@ -426,6 +624,36 @@ mod tests {
         }
         let error = Testbed::from_env().await.err().unwrap();
         assert!(error.to_string().contains("cargo xtask test"));
+    }
+
+    #[test]
+    fn the_chart_rbac_is_bound_to_the_e2e_operator_user_only() {
+        let rendered = yaml_documents(
+            "---\n# Source: x\nkind: ClusterRole\nmetadata: {name: r}\nrules: [{apiGroups: [''], resources: [pods], verbs: [list]}]\n\
+             ---\nkind: ClusterRoleBinding\nmetadata: {name: r}\nroleRef: {kind: ClusterRole, name: r}\n\
+             subjects: [{kind: ServiceAccount, name: sa, namespace: ns}]\n\
+             ---\nkind: Role\nmetadata: {name: l}\nrules: []\n\
+             ---\nkind: RoleBinding\nmetadata: {name: l}\nroleRef: {kind: Role, name: l}\n\
+             subjects: [{kind: ServiceAccount, name: sa, namespace: ns}]\n",
+        )
+        .unwrap();
+        assert_eq!(rendered.len(), 4);
+        let bound = bind_to_e2e_operator(rendered.clone()).unwrap();
+        for binding in [&bound[1], &bound[3]] {
+            assert_eq!(
+                binding["subjects"],
+                serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "vko-e2e-operator"}])
+            );
+        }
+        assert_eq!(bound[0], rendered[0], "rules are the chart's");
+        assert_eq!(bound[1]["roleRef"], rendered[1]["roleRef"]);
+        let rules = cluster_role_rules(&bound).unwrap();
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&["pods".to_string()][..])
+        );
+        let error = bind_to_e2e_operator(rendered[..2].to_vec()).unwrap_err();
+        assert!(error.to_string().contains("no Role"), "{error}");
     }
 
     #[tokio::test]

@@ -4,7 +4,9 @@
 //!
 //! The verdict fails when
 //! - a rule grants a write verb (anything but get, list, watch) on a resource the operator never used
-//!   that verb on (the grant is broader than needed),
+//!   that verb on (the grant is broader than needed) -- unless a Role the operator itself writes
+//!   grants it (the API server lets a Role grant only what its writer holds: RBAC's escalation
+//!   check) and the operator did write Roles,
 //! - a rule uses a wildcard (`*`): no recording can prove a wildcard is needed,
 //! - the operator was refused (HTTP 403): a rule is missing,
 //! - the log is too thin to prove anything (fewer than the minimum of operator requests, or no
@@ -30,8 +32,10 @@ pub fn is_write_verb(verb: &str) -> bool {
 pub struct OperatorIdentities {
     /// Exact user names (the host-process operator's client certificate CN).
     pub users: Vec<String>,
-    /// ServiceAccount names (any namespace) of an in-cluster operator: `system:serviceaccount:<ns>:<name>`.
-    pub service_accounts: Vec<String>,
+    /// Name endings of the ServiceAccounts of in-cluster operators, in any namespace
+    /// (`system:serviceaccount:<ns>:<name>`): the chart names its ServiceAccount after the release,
+    /// `<release>-valkey-operator`.
+    pub service_account_suffixes: Vec<String>,
 }
 
 impl OperatorIdentities {
@@ -42,7 +46,11 @@ impl OperatorIdentities {
         username
             .strip_prefix("system:serviceaccount:")
             .and_then(|rest| rest.split_once(':'))
-            .is_some_and(|(_, name)| self.service_accounts.iter().any(|sa| sa == name))
+            .is_some_and(|(_, name)| {
+                self.service_account_suffixes
+                    .iter()
+                    .any(|suffix| name.ends_with(suffix.as_str()))
+            })
     }
 }
 
@@ -231,6 +239,8 @@ pub struct Verdict {
     pub unused_writes: Vec<Grant>,
     /// Granted read verbs nobody used (reported, not failed: reads change nothing).
     pub unused_reads: Vec<Grant>,
+    /// Grants the operator never used itself but holds so it may write the Roles it renders.
+    pub delegated: Vec<Grant>,
     /// Rules with a `*` (printed as the rule's index and what the wildcard is in).
     pub wildcards: Vec<String>,
     /// Requests the API server refused with 403: (verb, target), with their count.
@@ -280,8 +290,25 @@ fn request_uses(request: &Request, grant: &Grant, resource_names: &[String]) -> 
     }
 }
 
-/// Compares the rules with the recorded requests.
-pub fn check(rules: &[PolicyRule], requests: &[Request], minimums: Minimums) -> Verdict {
+/// Whether a rule of a Role the operator writes grants `grant` (names aside: the ClusterRole must
+/// hold the verb for every name the Role lists).
+fn delegates(rules: &[PolicyRule], grant: &Grant) -> bool {
+    rules.iter().any(|rule| {
+        rule.verbs.contains(&grant.verb)
+            && rule_list(&rule.api_groups).contains(&grant.api_group)
+            && rule_list(&rule.resources).contains(&grant.resource)
+    })
+}
+
+/// Compares the ClusterRole's `rules` with the recorded requests. `delegated` are the rules of the
+/// Roles the operator writes (the sidecar's): a grant only they need is not "unused" as long as the
+/// operator really wrote Roles.
+pub fn check(
+    rules: &[PolicyRule],
+    requests: &[Request],
+    delegated: &[PolicyRule],
+    minimums: Minimums,
+) -> Verdict {
     let mut verdict = Verdict {
         operator_requests: requests.len(),
         ..Verdict::default()
@@ -340,6 +367,12 @@ pub fn check(rules: &[PolicyRule], requests: &[Request], minimums: Minimums) -> 
         }
     }
 
+    let wrote_roles = granted.iter().any(|request| {
+        (request.verb == "create" || request.verb == "patch" || request.verb == "update")
+            && (200..300).contains(&request.code)
+            && matches!(&request.target, Target::Resource { api_group, resource, subresource: None, .. }
+                if api_group == "rbac.authorization.k8s.io" && resource == "roles")
+    });
     for (index, rule) in rules.iter().enumerate() {
         let groups = rule_list(&rule.api_groups);
         let resources = rule_list(&rule.resources);
@@ -393,14 +426,20 @@ pub fn check(rules: &[PolicyRule], requests: &[Request], minimums: Minimums) -> 
             if used {
                 continue;
             }
-            if is_write_verb(&grant.verb) {
+            if wrote_roles && delegates(delegated, &grant) {
+                verdict.delegated.push(grant);
+            } else if is_write_verb(&grant.verb) {
                 verdict.unused_writes.push(grant);
             } else {
                 verdict.unused_reads.push(grant);
             }
         }
     }
-    for list in [&mut verdict.unused_writes, &mut verdict.unused_reads] {
+    for list in [
+        &mut verdict.unused_writes,
+        &mut verdict.unused_reads,
+        &mut verdict.delegated,
+    ] {
         list.sort();
         list.dedup();
     }
@@ -437,7 +476,7 @@ impl fmt::Display for Verdict {
             };
             writeln!(f, "  {verb:<8} {resource} ({group}, {scope}): {count}")?;
         }
-        let sections: [(&str, Vec<String>); 5] = [
+        let sections: [(&str, Vec<String>); 6] = [
             (
                 "FAIL granted write verbs nobody used (remove them from the ClusterRole)",
                 self.unused_writes.iter().map(Grant::to_string).collect(),
@@ -451,6 +490,10 @@ impl fmt::Display for Verdict {
                     .collect(),
             ),
             ("FAIL the log proves nothing", self.too_thin.clone()),
+            (
+                "note: held only to grant them in the Roles the operator writes (RBAC escalation check)",
+                self.delegated.iter().map(Grant::to_string).collect(),
+            ),
             (
                 "note: granted read verbs nobody used (not failed)",
                 self.unused_reads.iter().map(Grant::to_string).collect(),
@@ -629,7 +672,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let verdict = check(&case.rules, &case.used, LOW);
+            let verdict = check(&case.rules, &case.used, &[], LOW);
             assert_eq!(
                 grants(&verdict.unused_writes),
                 case.unused_writes,
@@ -647,7 +690,12 @@ mod tests {
         let mut lease_rule = rule(&["coordination.k8s.io"], &["leases"], &["update"]);
         lease_rule.resource_names = Some(vec!["vko-operator-leader".into()]);
         let mut other = request("update", "coordination.k8s.io", "leases", 200);
-        let verdict = check(std::slice::from_ref(&lease_rule), &[other.clone()], LOW);
+        let verdict = check(
+            std::slice::from_ref(&lease_rule),
+            &[other.clone()],
+            &[],
+            LOW,
+        );
         assert_eq!(
             grants(&verdict.unused_writes),
             ["update leases (coordination.k8s.io)"]
@@ -655,28 +703,80 @@ mod tests {
         if let Target::Resource { name, .. } = &mut other.target {
             *name = Some("vko-operator-leader".into());
         }
-        assert!(check(&[lease_rule], &[other], LOW).passed());
+        assert!(check(&[lease_rule], &[other], &[], LOW).passed());
+    }
+
+    #[test]
+    fn a_grant_only_the_written_roles_need_is_delegated_once_roles_were_written() {
+        let cluster_role = [
+            rule(&[""], &["pods"], &["get", "list", "patch"]),
+            rule(&["rbac.authorization.k8s.io"], &["roles"], &["create"]),
+        ];
+        let mut sidecar_rule = rule(&[""], &["pods"], &["get", "patch"]);
+        sidecar_rule.resource_names = Some(vec!["v-0".into()]);
+        let delegated = [sidecar_rule];
+        let list = request("list", "", "pods", 200);
+        let role_write = request("create", "rbac.authorization.k8s.io", "roles", 201);
+
+        let verdict = check(&cluster_role, &[list.clone(), role_write], &delegated, LOW);
+        assert!(verdict.passed(), "{verdict}");
+        assert_eq!(
+            grants(&verdict.delegated),
+            ["get pods (core)", "patch pods (core)"]
+        );
+
+        // No Role was written (refused here): nothing justifies patch on pods.
+        let refused = request("create", "rbac.authorization.k8s.io", "roles", 403);
+        let verdict = check(
+            &cluster_role,
+            &[list, refused, request("create", "", "events", 201)],
+            &delegated,
+            LOW,
+        );
+        assert!(verdict.delegated.is_empty());
+        assert_eq!(
+            grants(&verdict.unused_writes),
+            [
+                "create roles (rbac.authorization.k8s.io)",
+                "patch pods (core)"
+            ]
+        );
+    }
+
+    #[test]
+    fn service_accounts_match_by_name_ending_in_any_namespace() {
+        let identities = OperatorIdentities {
+            users: vec!["vko-e2e-operator".into()],
+            service_account_suffixes: vec!["valkey-operator".into()],
+        };
+        assert!(identities.matches("vko-e2e-operator"));
+        assert!(identities.matches("system:serviceaccount:vko-system:vko-valkey-operator"));
+        assert!(
+            !identities.matches("system:serviceaccount:vko-system:vko-valkey-operator-migrate")
+        );
+        assert!(!identities.matches("valkey-operator"));
+        assert!(!identities.matches("admin"));
     }
 
     #[test]
     fn an_empty_or_read_only_log_never_passes() {
         let rules = [rule(&[""], &["pods"], &["get"])];
-        let empty = check(&rules, &[], LOW);
+        let empty = check(&rules, &[], &[], LOW);
         assert!(!empty.passed());
         assert_eq!(empty.too_thin.len(), 2, "{empty}");
-        let reads = check(&rules, &[request("get", "", "pods", 200)], LOW);
+        let reads = check(&rules, &[request("get", "", "pods", 200)], &[], LOW);
         assert!(!reads.passed(), "no write at all: {reads}");
         let minimums = Minimums {
             requests: 3,
             successful_writes: 1,
         };
-        let few = check(&rules, &[request("create", "", "pods", 201)], minimums);
+        let few = check(&rules, &[request("create", "", "pods", 201)], &[], minimums);
         assert!(
             few.too_thin[0].contains("only 1 operator requests"),
             "{few}"
         );
         // A refused write is not a successful one.
-        let refused = check(&rules, &[request("create", "", "pods", 403)], LOW);
+        let refused = check(&rules, &[request("create", "", "pods", 403)], &[], LOW);
         assert_eq!(refused.successful_writes, 0);
     }
 
@@ -684,7 +784,7 @@ mod tests {
     fn reads_the_audit_log_once_per_request_for_operator_identities_only() {
         let identities = OperatorIdentities {
             users: vec!["vko-e2e-operator".into()],
-            service_accounts: vec!["vko-valkey-operator".into()],
+            service_account_suffixes: vec!["valkey-operator".into()],
         };
         let log = r#"
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseStarted","requestURI":"/apis/vko.gtrfc.com/v1alpha1/valkeys?watch=true","verb":"watch","user":{"username":"vko-e2e-operator","groups":["system:authenticated"]},"objectRef":{"resource":"valkeys","apiGroup":"vko.gtrfc.com","apiVersion":"v1alpha1"},"responseStatus":{"metadata":{},"code":200}}
@@ -724,6 +824,7 @@ not json
         let verdict = check(
             &[rule(&["apps"], &["statefulsets/status"], &["patch"])],
             &read.requests,
+            &[],
             LOW,
         );
         assert_eq!(verdict.forbidden.len(), 1, "{verdict}");
@@ -749,13 +850,14 @@ not json
         let verdict = check(
             std::slice::from_ref(&url_rule),
             &[post("/debug/pprof")],
+            &[],
             LOW,
         );
         assert_eq!(
             grants(&verdict.unused_writes),
             ["post /metrics (non-resource URL)"]
         );
-        let verdict = check(&[url_rule], &[post("/debug/x"), post("/metrics")], LOW);
+        let verdict = check(&[url_rule], &[post("/debug/x"), post("/metrics")], &[], LOW);
         assert!(verdict.unused_writes.is_empty(), "{verdict}");
     }
 }
