@@ -7,12 +7,14 @@
 //! conditions and Events, and requeues. See docs/adr/0006-rolling-update-state-machine.md.
 
 mod decision;
+mod machine;
 mod world;
 
 pub use decision::{
     Action, ConditionChange, Decision, DeletedPod, EventNote, EventReason, EventType, PauseReason,
     Progress, RollState, SwitchoverKind, SwitchoverRecord, WaitReason, WaitRecord, WriteWhen,
 };
+pub use machine::next;
 pub use world::{
     ConnectedReplica, DataPod, DataTier, MasterInfo, Millis, ReplicaInfo, SentinelPod,
     SentinelTier, SentinelView, Server, Terminating, Tier, World,

@@ -51,6 +51,8 @@ pub struct World {
 /// The data StatefulSet and its pods.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DataTier {
+    /// The data StatefulSet's name; its pods are `<statefulset>-<ordinal>`.
+    pub statefulset: String,
     /// `spec.replicas`: ordinals `0..replicas` make up the tier.
     pub replicas: u32,
     /// The pod-template hash of the StatefulSet (its update revision) every pod must carry.
@@ -114,6 +116,13 @@ pub struct MasterInfo {
     pub keys: u64,
     /// The `slaveN:` lines: the replicas connected to it.
     pub replicas: Vec<ConnectedReplica>,
+    /// `master_replid`: the id of the replication history it serves.
+    pub replid: String,
+    /// `master_replid2`: the history it continued when it was promoted; `None` when all zeros.
+    pub replid2: Option<String>,
+    /// `second_repl_offset`: the offset at which it took over `replid2`'s history; `None` when -1.
+    /// Every write of `replid2` up to `second_offset - 1` is in its history.
+    pub second_offset: Option<u64>,
 }
 
 /// One `slaveN:` line of a master.
@@ -147,6 +156,8 @@ pub struct ReplicaInfo {
 /// The Sentinel StatefulSet, its pods and what the Sentinels say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SentinelTier {
+    /// The Sentinel StatefulSet's name; its pods are `<statefulset>-<ordinal>`.
+    pub statefulset: String,
     /// `spec.sentinel.replicas`: ordinals `0..replicas` make up the tier.
     pub replicas: u32,
     /// `spec.sentinel.quorum`: the Sentinel tier never has fewer ready pods than this during a roll.
@@ -200,6 +211,21 @@ impl World {
         self.sentinel
             .as_ref()
             .and_then(|tier| tier.pods.iter().find(|pod| pod.ordinal == ordinal))
+    }
+}
+
+impl MasterInfo {
+    /// Whether every write `other` ever acknowledged is provably in this master's history:
+    /// `other` holds nothing, or serves the same history and is not ahead, or this master was
+    /// promoted out of `other`'s history after `other`'s last write.
+    pub fn contains(&self, other: &MasterInfo) -> bool {
+        let other_empty = other.keys == 0 && other.offset == 0;
+        let same_history = other.replid == self.replid && other.offset <= self.offset;
+        let promoted_after = self.replid2.as_deref() == Some(other.replid.as_str())
+            && self
+                .second_offset
+                .is_some_and(|fork| other.offset < fork && fork <= self.offset.saturating_add(1));
+        other_empty || same_history || promoted_after
     }
 }
 
