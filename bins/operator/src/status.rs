@@ -247,6 +247,7 @@ pub fn desired_status(
         conditions: Some(conditions),
         operator_version: Some(operator_version.to_owned()),
         observed_generation: snapshot.generation,
+        rolling_update: current.and_then(|status| status.rolling_update.clone()),
     }
 }
 

@@ -20,7 +20,10 @@ pub use spec::{
     PodDisruptionBudgetSpec, RollingUpdateSpec, SentinelSpec, ServiceMonitorSpec, TlsSpec, Valkey,
     ValkeySpec,
 };
-pub use status::{ConditionReason, ConditionType, Phase, ValkeyStatus};
+pub use status::{
+    ConditionReason, ConditionType, Phase, RollDeletedPod, RollProgress, RollSwitchover, RollWait,
+    RollingUpdateStatus, ValkeyStatus,
+};
 
 /// `apiVersion` of the resource.
 pub const API_VERSION: &str = "vko.gtrfc.com/v1";

@@ -47,6 +47,99 @@ pub struct ValkeyStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// The rolling update in flight, as the operator's state machine recorded it after its last
+    /// step, so that a restarted operator resumes exactly there. Absent when no roll is in
+    /// flight. Written by the operator only; its fields are internal and may change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateStatus>,
+}
+
+/// The recorded state of a rolling update (the operator's `vko-roll` `RollState`, field for
+/// field). Times are milliseconds since the Unix epoch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema_tidy::tidy)]
+pub struct RollingUpdateStatus {
+    /// The tier being rolled: `data` or `sentinel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The data pod-template hash this roll brings the data tier to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_target: Option<String>,
+    /// The Sentinel pod-template hash the Sentinel tier rolls to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_target: Option<String>,
+    /// The progress last shown in the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RollProgress>,
+    /// Whether this roll replaced at least one data pod.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub data_rolled: bool,
+    /// Whether the data tier of this roll is complete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub data_completed: bool,
+    /// The wait in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<RollWait>,
+    /// The pod the roll deleted last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_deleted: Option<RollDeletedPod>,
+    /// A master switchover that was issued and not yet seen to complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<RollSwitchover>,
+    /// Since when more than one data pod answers master.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiple_masters_since: Option<i64>,
+    /// The split-brain Event of the current multiple-master episode was emitted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split_brain_reported: bool,
+}
+
+/// `current` of `total` pods of the rolling tier.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollProgress {
+    /// 1-based position of the pod being replaced.
+    pub current: i64,
+    /// Pods in the tier.
+    pub total: i64,
+}
+
+/// A wait of the roll that has started.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollWait {
+    /// What is awaited (e.g. `podSync`, `podRecreation`, `switchoverSettling`).
+    pub reason: String,
+    /// When the wait began.
+    pub since: i64,
+}
+
+/// A pod the roll deleted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollDeletedPod {
+    /// `data` or `sentinel`.
+    pub tier: String,
+    /// The pod's ordinal.
+    pub ordinal: i64,
+    /// When the delete was issued.
+    pub at: i64,
+}
+
+/// A switchover the roll issued.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollSwitchover {
+    /// The outgoing master's ordinal.
+    pub from: i64,
+    /// The ordinal chosen to become master.
+    pub to: i64,
+    /// When it was issued.
+    pub started: i64,
+    /// How many times it was issued in this roll.
+    pub attempts: i64,
 }
 
 /// Lifecycle phase of a `Valkey`. Serialized exactly as the strings users see in
