@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask gen-crd | testbed | test | demo | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | test | demo | bench`.
 
 mod bench;
 mod demo;
 mod gen_crd;
+mod helm;
 mod test;
 mod testbed;
 
@@ -21,6 +22,8 @@ enum Command {
     GenCrd(gen_crd::Args),
     /// Build, start, inspect and stop the local testbed Kubernetes.
     Testbed(testbed::Args),
+    /// Build helm from its Go module into ~/.cache/vko (cached by version), or print its path.
+    Helm(helm::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::GenCrd(args) => gen_crd::run(args),
         Command::Testbed(args) => testbed::run(args),
+        Command::Helm(args) => helm::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),

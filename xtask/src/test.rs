@@ -100,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && steps.run("build the Kubernetes binaries", || {
             testbed::build_go_binaries().map(|_| ())
         })
+        && steps.run("build helm", || crate::helm::build().map(|_| ()))
         && steps.run("cargo build --workspace --bins", || {
             testbed::cargo(&["build", "--workspace", "--bins"])
         });
@@ -185,6 +186,7 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
         .env(paths::STATE_DIR_ENV, paths.state_dir())
+        .env("VKO_HELM", crate::helm::helm_binary())
         .status()
         .context("running the end-to-end tests")?;
     if !status.success() {

@@ -1,0 +1,146 @@
+//! `cargo xtask helm build | path`: helm, built from its Go module (`xtask/helm`, which pins
+//! helm.sh/helm/v3 and every dependency in go.sum) into `~/.cache/vko/helm-<version>/helm`, keyed by
+//! version like the testbed's Kubernetes binaries. `cargo xtask test` and `cargo xtask demo` build it
+//! when it is missing.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use vko_testbed::controlplane::format_duration;
+use vko_testbed::paths;
+
+/// The helm release `xtask/helm/go.mod` requires (a unit test keeps the two equal).
+pub const HELM_VERSION: &str = "v3.22.0";
+/// Written last into the cache directory: its presence (with this content) means "complete".
+const STAMP: &str = "VERSION";
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: HelmCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum HelmCommand {
+    /// Build helm into the cache unless it is there already.
+    Build,
+    /// Print the path of the cached helm binary.
+    Path,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        HelmCommand::Build => build().map(|_| ()),
+        HelmCommand::Path => {
+            println!("{}", helm_binary().display());
+            Ok(())
+        }
+    }
+}
+
+/// `~/.cache/vko/helm-<version>/`.
+pub fn helm_dir() -> PathBuf {
+    paths::cache_root().join(format!("helm-{HELM_VERSION}"))
+}
+
+/// The cached helm binary.
+pub fn helm_binary() -> PathBuf {
+    helm_dir().join("helm")
+}
+
+fn stamp() -> String {
+    format!("helm {HELM_VERSION}\n")
+}
+
+fn is_complete(dir: &std::path::Path) -> bool {
+    dir.join("helm").is_file()
+        && std::fs::read_to_string(dir.join(STAMP)).is_ok_and(|found| found == stamp())
+}
+
+/// Builds helm into the cache when missing; returns its path.
+pub fn build() -> anyhow::Result<PathBuf> {
+    let dest = helm_dir();
+    if is_complete(&dest) {
+        println!("helm {HELM_VERSION}: cached in {}", dest.display());
+        return Ok(helm_binary());
+    }
+    let parent = paths::cache_root();
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    // Built aside and renamed into place, so an interrupted build never looks complete.
+    let staging = parent.join(format!(".helm-{HELM_VERSION}.building-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)
+        .with_context(|| format!("creating {}", staging.display()))?;
+    let result = go_build(&staging).and_then(|elapsed| {
+        std::fs::write(staging.join(STAMP), stamp()).context("writing the version stamp")?;
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest)
+                .with_context(|| format!("replacing {}", dest.display()))?;
+        }
+        std::fs::rename(&staging, &dest)
+            .with_context(|| format!("moving helm to {}", dest.display()))?;
+        println!(
+            "helm {HELM_VERSION}: built into {} in {}",
+            dest.display(),
+            format_duration(elapsed)
+        );
+        Ok(helm_binary())
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result
+}
+
+fn go_build(out_dir: &std::path::Path) -> anyhow::Result<std::time::Duration> {
+    let module = crate::testbed::repo_root().join("xtask").join("helm");
+    // The -X stamps helm's own release build sets (`helm version` reports them).
+    let ldflags = format!(
+        "-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION} \
+         -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    );
+    eprintln!(
+        "building helm {HELM_VERSION} from {} (a cold build takes a few minutes on 2 cores)",
+        module.display()
+    );
+    let started = Instant::now();
+    let status = Command::new("go")
+        .current_dir(&module)
+        .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
+        .arg(out_dir.join("helm"))
+        .arg("helm.sh/helm/v3/cmd/helm")
+        // A static binary: no C toolchain needed, runs anywhere on this machine.
+        .env("CGO_ENABLED", "0")
+        .stdin(Stdio::null())
+        .status()
+        .context("could not start `go` (is Go installed and on PATH?)")?;
+    if !status.success() {
+        bail!("go build of helm failed ({status}); its output is above");
+    }
+    Ok(started.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_is_the_one_go_mod_requires() {
+        let go_mod =
+            std::fs::read_to_string(crate::testbed::repo_root().join("xtask/helm/go.mod")).unwrap();
+        assert!(
+            go_mod
+                .lines()
+                .any(|line| line.trim() == format!("require helm.sh/helm/v3 {HELM_VERSION}")),
+            "xtask/helm/go.mod does not require helm.sh/helm/v3 {HELM_VERSION}"
+        );
+    }
+
+    #[test]
+    fn the_cache_is_keyed_by_version() {
+        assert!(helm_dir().ends_with(format!("vko/helm-{HELM_VERSION}")));
+        assert_eq!(helm_binary().file_name().unwrap(), "helm");
+    }
+}
