@@ -793,9 +793,18 @@ impl<'a> Pass<'a> {
     fn rolling_phase(&self, tier: Tier) -> Option<Phase> {
         let (updated, total) = match tier {
             Tier::Data => {
+                // Replaced = on the target template, ready and serving: the master, or an
+                // in-sync replica of it.
+                let master = self.master();
                 let updated = self
                     .updated_data_pods()
                     .filter(|pod| pod.ready && pod.server != Server::Unreachable)
+                    .filter(|pod| match &master {
+                        Some(master) => {
+                            pod.ordinal == master.pod.ordinal || settled_replica(pod, master)
+                        }
+                        None => true,
+                    })
                     .count();
                 (updated, self.world.data.replicas)
             }
