@@ -87,7 +87,9 @@ pub fn crd_template() -> anyhow::Result<String> {
     if body.contains("{{") || body.contains("}}") {
         bail!("the CRD text contains `{{{{` or `}}}}`, which Helm would read as a template action");
     }
-    Ok(format!("{CRD_HEADER}{CRD_TEMPLATE_OPEN}{body}{CRD_TEMPLATE_CLOSE}"))
+    Ok(format!(
+        "{CRD_HEADER}{CRD_TEMPLATE_OPEN}{body}{CRD_TEMPLATE_CLOSE}"
+    ))
 }
 
 /// The CRD as YAML, with the "generated" header. Deterministic: every map in the CRD is ordered.
@@ -347,10 +349,15 @@ mod tests {
         let template = crd_template().unwrap();
         let yaml = crd_yaml().unwrap();
         assert!(template.starts_with(CRD_HEADER));
-        assert!(template.contains("{{- if .Values.crds.install }}\napiVersion: apiextensions.k8s.io/v1\n"));
+        assert!(
+            template
+                .contains("{{- if .Values.crds.install }}\napiVersion: apiextensions.k8s.io/v1\n")
+        );
         assert!(template.ends_with("{{- end }}\n"));
         assert_eq!(
-            template.replace(CRD_TEMPLATE_OPEN, "").replace(CRD_TEMPLATE_CLOSE, ""),
+            template
+                .replace(CRD_TEMPLATE_OPEN, "")
+                .replace(CRD_TEMPLATE_CLOSE, ""),
             yaml
         );
     }

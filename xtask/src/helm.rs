@@ -69,10 +69,12 @@ pub fn build() -> anyhow::Result<PathBuf> {
     let parent = paths::cache_root();
     std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
     // Built aside and renamed into place, so an interrupted build never looks complete.
-    let staging = parent.join(format!(".helm-{HELM_VERSION}.building-{}", std::process::id()));
+    let staging = parent.join(format!(
+        ".helm-{HELM_VERSION}.building-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging)
-        .with_context(|| format!("creating {}", staging.display()))?;
+    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
     let result = go_build(&staging).and_then(|elapsed| {
         std::fs::write(staging.join(STAMP), stamp()).context("writing the version stamp")?;
         if dest.exists() {
@@ -136,6 +138,14 @@ mod tests {
                 .any(|line| line.trim() == format!("require helm.sh/helm/v3 {HELM_VERSION}")),
             "xtask/helm/go.mod does not require helm.sh/helm/v3 {HELM_VERSION}"
         );
+    }
+
+    #[test]
+    fn the_e2e_harness_looks_for_the_same_helm() {
+        assert_eq!(HELM_VERSION, vko_testbed::harness::HELM_VERSION);
+        if std::env::var_os(vko_testbed::harness::HELM_BIN_ENV).is_none() {
+            assert_eq!(vko_testbed::harness::helm_binary(), helm_binary());
+        }
     }
 
     #[test]

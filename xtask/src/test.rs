@@ -186,7 +186,10 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
         .env(paths::STATE_DIR_ENV, paths.state_dir())
-        .env("VKO_HELM", crate::helm::helm_binary())
+        .env(
+            vko_testbed::harness::HELM_BIN_ENV,
+            crate::helm::helm_binary(),
+        )
         .status()
         .context("running the end-to-end tests")?;
     if !status.success() {

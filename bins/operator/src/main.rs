@@ -6,6 +6,7 @@ mod dataplane;
 mod error;
 mod leader;
 mod metrics;
+mod migrate;
 mod status;
 mod stores;
 
@@ -63,6 +64,15 @@ struct Args {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     log_format: LogFormat,
+    /// Without a command the operator runs.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Store the CRD's defaults in every Valkey resource (the chart's pre-upgrade hook), then exit.
+    Migrate,
 }
 
 /// `:8080` means every interface; `0` means disabled.
@@ -173,6 +183,9 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
+    if let Some(Command::Migrate) = args.command {
+        return migrate::run(client).await;
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
 
@@ -302,5 +315,8 @@ mod tests {
         let args = Args::parse_from(["vko-operator", "--leader-elect", "--log-format", "text"]);
         assert!(args.leader_elect);
         assert_eq!(args.log_format, LogFormat::Text);
+        assert!(args.command.is_none());
+        let args = Args::parse_from(["vko-operator", "--log-format", "text", "migrate"]);
+        assert!(matches!(args.command, Some(Command::Migrate)));
     }
 }
