@@ -47,3 +47,12 @@ app.kubernetes.io/part-of: vko
 {{- define "valkey-operator.migrateName" -}}
 {{- printf "%s-migrate" (include "valkey-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* The operator's ServiceAccount: the release's own, or an existing one (serviceAccount.create=false). */}}
+{{- define "valkey-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "valkey-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
