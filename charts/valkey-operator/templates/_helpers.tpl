@@ -56,3 +56,13 @@ app.kubernetes.io/part-of: vko
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A map of labels or annotations with every value quoted (both must be strings; `--set a=false`
+     would otherwise reach the API server as a boolean and be refused). */}}
+{{- define "valkey-operator.stringMap" -}}
+{{- $lines := list -}}
+{{- range $key, $value := . -}}
+{{- $lines = append $lines (printf "%s: %s" $key ($value | toString | quote)) -}}
+{{- end -}}
+{{- join "\n" $lines -}}
+{{- end -}}
