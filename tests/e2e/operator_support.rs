@@ -1,6 +1,11 @@
 //! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one per
 //! test binary, shared by its tests, stopped with SIGTERM when the last test using it ends), and
 //! small helpers to read a `Valkey`'s status.
+//!
+//! The operator runs with the testbed's `operator.kubeconfig` (user `vko-e2e-operator`, no groups)
+//! and the chart's ClusterRole and leader-election Role bound to that user, so every operator test
+//! runs on exactly the chart's RBAC: a missing rule fails the test (the request is refused), and the
+//! audit log records what the operator used (`rbac_least_privilege`).
 
 #![allow(dead_code)]
 
@@ -8,6 +13,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -15,7 +21,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
-use vko_testbed::harness::wait_until;
+use vko_testbed::harness::{Testbed, install_operator_rbac, wait_until};
+use vko_testbed::paths::Paths;
 
 /// Installs (server-side applies) the CRD and waits until it is Established.
 pub async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
@@ -45,6 +52,27 @@ pub async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
         },
     )
     .await?;
+    Ok(())
+}
+
+/// The Helm chart whose RBAC the operator under test runs with.
+pub fn chart_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/valkey-operator")
+}
+
+/// Whether this test binary already applied the chart's RBAC (once is enough; the objects stay).
+static RBAC_INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The chart's operator RBAC, bound to the operator's user (see the module documentation).
+async fn ensure_operator_rbac() -> anyhow::Result<()> {
+    if RBAC_INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let testbed = Testbed::from_env().await?;
+    install_operator_rbac(&testbed.client(), &chart_dir())
+        .await
+        .context("binding the chart's operator RBAC to the e2e operator user")?;
+    RBAC_INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -86,6 +114,15 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Starts the operator (or joins the running one) and waits until `/readyz` answers 200.
 pub async fn operator() -> anyhow::Result<OperatorGuard> {
+    ensure_operator_rbac().await?;
+    let kubeconfig = vko_testbed::controlplane::operator_kubeconfig(&Paths::from_env());
+    if !kubeconfig.is_file() {
+        bail!(
+            "{} does not exist: the testbed predates the operator identity; restart it \
+             (`cargo xtask testbed down && cargo xtask testbed up`)",
+            kubeconfig.display()
+        );
+    }
     let port = {
         let mut shared = OPERATOR.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         if shared.child.is_none() {
@@ -114,6 +151,8 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
                     "default",
                 ])
                 .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
+                // Not the admin: only what the chart's RBAC grants.
+                .env("KUBECONFIG", &kubeconfig)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)

@@ -383,16 +383,17 @@ fn bind_to_e2e_operator(mut objects: Vec<serde_json::Value>) -> Result<Vec<serde
     Ok(objects)
 }
 
-/// The ClusterRole's rules among rendered RBAC objects.
-pub fn cluster_role_rules(
+/// The rules of the `kind` object (ClusterRole or Role) among rendered RBAC objects.
+pub fn rendered_rules(
     objects: &[serde_json::Value],
+    kind: &str,
 ) -> Result<Vec<k8s_openapi::api::rbac::v1::PolicyRule>> {
     let role = objects
         .iter()
-        .find(|object| object["kind"] == "ClusterRole")
-        .ok_or_else(|| Error::Other("no ClusterRole among the rendered objects".into()))?;
+        .find(|object| object["kind"] == kind)
+        .ok_or_else(|| Error::Other(format!("no {kind} among the rendered objects")))?;
     serde_json::from_value(role["rules"].clone()).map_err(|error| Error::Invalid {
-        what: "ClusterRole rules".into(),
+        what: format!("{kind} rules"),
         detail: error.to_string(),
     })
 }
@@ -647,7 +648,8 @@ mod tests {
         }
         assert_eq!(bound[0], rendered[0], "rules are the chart's");
         assert_eq!(bound[1]["roleRef"], rendered[1]["roleRef"]);
-        let rules = cluster_role_rules(&bound).unwrap();
+        let rules = rendered_rules(&bound, "ClusterRole").unwrap();
+        assert!(rendered_rules(&bound, "Role").unwrap().is_empty());
         assert_eq!(
             rules[0].resources.as_deref(),
             Some(&["pods".to_string()][..])

@@ -1,12 +1,14 @@
 //! The least-privilege check of the operator's RBAC: which requests the operator really made (read
 //! from the API server's audit log, see [`crate::controlplane::AUDIT_POLICY`]) against what its
-//! ClusterRole grants. Pure: parsing and comparing only; `cargo xtask rbac-check` does the I/O.
+//! ClusterRole grants. Pure: parsing and comparing only; the end-to-end test `rbac_least_privilege`
+//! does the I/O.
 //!
 //! The verdict fails when
 //! - a rule grants a write verb (anything but get, list, watch) on a resource the operator never used
 //!   that verb on (the grant is broader than needed) -- unless a Role the operator itself writes
 //!   grants it (the API server lets a Role grant only what its writer holds: RBAC's escalation
-//!   check) and the operator did write Roles,
+//!   check) and the operator did write Roles; a PATCH or PUT answered 201 (it created the object)
+//!   uses `create` as well, as the API server authorizes it so,
 //! - a rule uses a wildcard (`*`): no recording can prove a wildcard is needed,
 //! - the operator was refused (HTTP 403): a rule is missing,
 //! - the log is too thin to prove anything (fewer than the minimum of operator requests, or no
@@ -62,6 +64,9 @@ pub struct Request {
     pub target: Target,
     /// The HTTP status of the response (0 when the log has none, for example a panic).
     pub code: u16,
+    /// Why RBAC refused it, when it did (a 403 from authorization, not one from admission such as
+    /// "namespace is being terminated", which RBAC had allowed).
+    pub refused: Option<String>,
 }
 
 /// What a request was about: a resource (with its API group, optional subresource, whether it named a
@@ -107,6 +112,8 @@ struct AuditEvent {
     user: AuditUser,
     object_ref: Option<AuditObjectRef>,
     response_status: Option<AuditStatus>,
+    #[serde(default)]
+    annotations: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +138,26 @@ struct AuditObjectRef {
 struct AuditStatus {
     #[serde(default)]
     code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+/// The audit annotation with the authorizer's decision on the request's own verb.
+const DECISION_ANNOTATION: &str = "authorization.k8s.io/decision";
+/// What the API server's refusal says when authorization (not admission) refused: also for the
+/// second check a creating PATCH/PUT gets (`cannot create resource ...`), whose request-level
+/// decision is still "allow".
+const RBAC_REFUSAL_MARK: &str = "is forbidden: User \"";
+
+/// Whether the response is authorization's refusal (see [`RBAC_REFUSAL_MARK`]).
+fn refused_by_authorization(
+    code: u16,
+    message: &str,
+    annotations: &HashMap<String, String>,
+) -> bool {
+    code == 403
+        && (annotations.get(DECISION_ANNOTATION).map(String::as_str) == Some("forbid")
+            || message.contains(RBAC_REFUSAL_MARK))
 }
 
 /// What reading an audit log gave.
@@ -175,11 +202,18 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
                     .to_string(),
             },
         };
+        let (code, message) = event
+            .response_status
+            .map(|status| (status.code, status.message))
+            .unwrap_or_default();
+        let refused =
+            refused_by_authorization(code, &message, &event.annotations).then_some(message);
         let request = Request {
             user: event.user.username,
             verb: event.verb,
             target,
-            code: event.response_status.map(|status| status.code).unwrap_or(0),
+            code,
+            refused,
         };
         match by_id.get(&event.audit_id) {
             Some(&index) => {
@@ -243,8 +277,8 @@ pub struct Verdict {
     pub delegated: Vec<Grant>,
     /// Rules with a `*` (printed as the rule's index and what the wildcard is in).
     pub wildcards: Vec<String>,
-    /// Requests the API server refused with 403: (verb, target), with their count.
-    pub forbidden: BTreeMap<(String, String), usize>,
+    /// Requests RBAC refused (403): (verb, target) → (count, the first refusal's message).
+    pub forbidden: BTreeMap<(String, String), (usize, String)>,
     /// Why the log is too thin to prove anything, if it is.
     pub too_thin: Vec<String>,
 }
@@ -266,7 +300,12 @@ fn rule_list(values: &Option<Vec<String>>) -> &[String] {
 /// grant of the rule): verb, group and resource equal, and the object's name among the rule's
 /// resourceNames when it lists any.
 fn request_uses(request: &Request, grant: &Grant, resource_names: &[String]) -> bool {
-    if request.verb != grant.verb {
+    // A PATCH (server-side apply) or PUT that creates the object (answered 201 Created) is
+    // authorized as `create` as well (the API server's patch and update handlers check it).
+    let created_by_write = grant.verb == "create"
+        && (request.verb == "patch" || request.verb == "update")
+        && request.code == 201;
+    if request.verb != grant.verb && !created_by_write {
         return false;
     }
     match &request.target {
@@ -313,7 +352,7 @@ pub fn check(
         operator_requests: requests.len(),
         ..Verdict::default()
     };
-    let granted: Vec<&Request> = requests.iter().filter(|r| r.code != 403).collect();
+    let granted: Vec<&Request> = requests.iter().filter(|r| r.refused.is_none()).collect();
     verdict.successful_writes = granted
         .iter()
         .filter(|r| is_write_verb(&r.verb) && (200..300).contains(&r.code))
@@ -331,7 +370,7 @@ pub fn check(
                 } else {
                     api_group.clone()
                 };
-                if request.code != 403 {
+                if request.refused.is_none() {
                     *verdict
                         .usage
                         .entry((
@@ -350,7 +389,7 @@ pub fn check(
                 format!("{resource} ({group}, {scope}) as {}", request.user)
             }
             Target::NonResource { path } => {
-                if request.code != 403 {
+                if request.refused.is_none() {
                     *verdict
                         .usage
                         .entry((request.verb.clone(), String::new(), path.clone(), false))
@@ -359,11 +398,12 @@ pub fn check(
                 format!("{path} as {}", request.user)
             }
         };
-        if request.code == 403 {
-            *verdict
+        if let Some(message) = &request.refused {
+            verdict
                 .forbidden
                 .entry((request.verb.clone(), target))
-                .or_default() += 1;
+                .or_insert_with(|| (0, message.clone()))
+                .0 += 1;
         }
     }
 
@@ -468,6 +508,10 @@ impl fmt::Display for Verdict {
         )?;
         writeln!(f, "used (verb, resource, scope: requests):")?;
         for ((verb, group, resource, namespaced), count) in &self.usage {
+            if resource.starts_with('/') {
+                writeln!(f, "  {verb:<8} {resource} (non-resource URL): {count}")?;
+                continue;
+            }
             let group = if group.is_empty() { "core" } else { group };
             let scope = if *namespaced {
                 "namespaced"
@@ -486,7 +530,9 @@ impl fmt::Display for Verdict {
                 "FAIL forbidden requests (a rule is missing)",
                 self.forbidden
                     .iter()
-                    .map(|((verb, target), count)| format!("{verb} {target}: {count}"))
+                    .map(|((verb, target), (count, message))| {
+                        format!("{verb} {target}: {count} (first: {message})")
+                    })
                     .collect(),
             ),
             ("FAIL the log proves nothing", self.too_thin.clone()),
@@ -551,6 +597,9 @@ mod tests {
                 name: Some("x".into()),
             },
             code,
+            refused: (code == 403).then(|| {
+                format!("{resource} is forbidden: User \"vko-e2e-operator\" cannot {verb}")
+            }),
         }
     }
 
@@ -591,6 +640,22 @@ mod tests {
                 rules: vec![rule(&[""], &["services"], &["create", "delete"])],
                 used: vec![request("create", "", "services", 201)],
                 unused_writes: vec!["delete services (core)"],
+                forbidden: 0,
+                wildcards: 0,
+                passed: false,
+            },
+            Case {
+                name: "an apply that created the object used create too",
+                rules: vec![rule(
+                    &[""],
+                    &["configmaps", "services"],
+                    &["create", "patch"],
+                )],
+                used: vec![
+                    request("patch", "", "configmaps", 201),
+                    request("patch", "", "services", 200),
+                ],
+                unused_writes: vec!["create services (core)"],
                 forbidden: 0,
                 wildcards: 0,
                 passed: false,
@@ -790,15 +855,27 @@ mod tests {
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseStarted","requestURI":"/apis/vko.gtrfc.com/v1alpha1/valkeys?watch=true","verb":"watch","user":{"username":"vko-e2e-operator","groups":["system:authenticated"]},"objectRef":{"resource":"valkeys","apiGroup":"vko.gtrfc.com","apiVersion":"v1alpha1"},"responseStatus":{"metadata":{},"code":200}}
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/apis/vko.gtrfc.com/v1alpha1/valkeys?watch=true","verb":"watch","user":{"username":"vko-e2e-operator","groups":["system:authenticated"]},"objectRef":{"resource":"valkeys","apiGroup":"vko.gtrfc.com","apiVersion":"v1alpha1"},"responseStatus":{"metadata":{},"code":200}}
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a2","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/t/pods/p","verb":"delete","user":{"username":"admin","groups":["system:masters"]},"objectRef":{"resource":"pods","namespace":"t","name":"p","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200}}
-{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a3","stage":"ResponseComplete","requestURI":"/apis/apps/v1/namespaces/t/statefulsets/s/status","verb":"patch","user":{"username":"system:serviceaccount:vko-system:vko-valkey-operator"},"objectRef":{"resource":"statefulsets","namespace":"t","name":"s","apiGroup":"apps","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"code":403}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a3","stage":"ResponseComplete","requestURI":"/apis/apps/v1/namespaces/t/statefulsets/s/status","verb":"patch","user":{"username":"system:serviceaccount:vko-system:vko-valkey-operator"},"objectRef":{"resource":"statefulsets","namespace":"t","name":"s","apiGroup":"apps","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"code":403},"annotations":{"authorization.k8s.io/decision":"forbid","authorization.k8s.io/reason":""}}
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a4","stage":"ResponseComplete","requestURI":"/version","verb":"get","user":{"username":"vko-e2e-operator"},"responseStatus":{"metadata":{},"code":200}}
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a5","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/t/pods","verb":"list","user":{"username":"system:serviceaccount:vko-system:vko-valkey-operator-migrate"},"objectRef":{"resource":"pods","namespace":"t","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a6","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/gone/services/s","verb":"patch","user":{"username":"vko-e2e-operator"},"objectRef":{"resource":"services","namespace":"gone","name":"s","apiVersion":"v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"services \"s\" is forbidden: unable to create new content in namespace gone because it is being terminated","reason":"Forbidden","code":403},"annotations":{"authorization.k8s.io/decision":"allow","authorization.k8s.io/reason":"RBAC: allowed"}}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a7","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/t/configmaps/c","verb":"patch","user":{"username":"vko-e2e-operator"},"objectRef":{"resource":"configmaps","namespace":"t","name":"c","apiVersion":"v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"configmaps \"c\" is forbidden: User \"vko-e2e-operator\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"t\"","reason":"Forbidden","code":403},"annotations":{"authorization.k8s.io/decision":"allow","authorization.k8s.io/reason":"RBAC: allowed"}}
 not json
 "#;
         let read = read_audit_log(log, &identities);
-        assert_eq!(read.events, 6);
+        assert_eq!(read.events, 8);
         assert_eq!(read.unparsable_lines, 1);
-        assert_eq!(read.requests.len(), 3, "{:#?}", read.requests);
+        assert_eq!(read.requests.len(), 5, "{:#?}", read.requests);
+        // A 403 from admission (terminating namespace) was allowed by RBAC; a creating PATCH
+        // refused its `create` check was not, although the PATCH itself was allowed.
+        assert_eq!(read.requests[3].code, 403);
+        assert_eq!(read.requests[3].refused, None);
+        assert!(
+            read.requests[4]
+                .refused
+                .as_deref()
+                .is_some_and(|message| message.contains("cannot create resource"))
+        );
         assert_eq!(read.requests[0].verb, "watch");
         assert_eq!(
             read.requests[0].target,
@@ -827,7 +904,7 @@ not json
             &[],
             LOW,
         );
-        assert_eq!(verdict.forbidden.len(), 1, "{verdict}");
+        assert_eq!(verdict.forbidden.len(), 2, "{verdict}");
         assert_eq!(
             grants(&verdict.unused_writes),
             ["patch statefulsets/status (apps)"]
@@ -846,6 +923,7 @@ not json
             verb: "post".into(),
             target: Target::NonResource { path: path.into() },
             code: 200,
+            refused: None,
         };
         let verdict = check(
             std::slice::from_ref(&url_rule),

@@ -1,0 +1,109 @@
+//! The chart's operator RBAC is no broader than the operator needs.
+//!
+//! Every `operator_*` test runs the operator as user `vko-e2e-operator` with the chart's ClusterRole
+//! and leader-election Role bound to it (`operator_support`), and a helm test runs it in-cluster as
+//! the chart's ServiceAccount. The testbed's API server audits every request (level Metadata), so
+//! after the whole suite the audit log lists each (verb, resource) the operator used. This test
+//! compares that with the chart's rules (`vko_testbed::rbac_audit::check`) and fails on a granted
+//! write verb nobody used, a wildcard, a refused (403) operator request, or a log too thin to prove
+//! anything.
+//!
+//! It must run AFTER the rest of the suite, so it is `#[ignore]`d in the suite's own run;
+//! `cargo xtask test` runs it last. By hand, against the running testbed after some operator tests:
+//! `cargo test -p vko-e2e --features e2e --test rbac_least_privilege -- --ignored --nocapture`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use vko_api::Valkey;
+use vko_render::{RenderInputs, render};
+use vko_testbed::harness::{chart_operator_rbac, rendered_rules};
+use vko_testbed::paths::Paths;
+use vko_testbed::pki::E2E_OPERATOR_USER;
+use vko_testbed::rbac_audit::{Minimums, OperatorIdentities, check, read_audit_log};
+
+/// Below these the log proves nothing: one operator test alone makes several hundred requests
+/// (watches, applies, status writes, Lease renewals) and many writes.
+const MINIMUMS: Minimums = Minimums {
+    requests: 200,
+    successful_writes: 20,
+};
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The rules of every Role the operator renders for the examples (the sidecar's): the operator must
+/// hold what they grant, or the API server refuses to let it write them (RBAC escalation check).
+fn rendered_role_rules() -> anyhow::Result<Vec<PolicyRule>> {
+    let mut rules = Vec::new();
+    let examples = repo_root().join("examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&examples)
+        .with_context(|| format!("reading {}", examples.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        let valkey: Valkey =
+            serde_norway::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+        let inputs = RenderInputs::new("rbac-check", "vko.local/vko:0.1.0", "0.1.0");
+        let rendered =
+            render(&valkey, &inputs).with_context(|| format!("rendering {}", file.display()))?;
+        for object in rendered.objects()? {
+            if object["kind"] == "Role" {
+                rules.extend(serde_json::from_value::<Vec<PolicyRule>>(
+                    object["rules"].clone(),
+                )?);
+            }
+        }
+    }
+    anyhow::ensure!(
+        !rules.is_empty(),
+        "no example under {} renders a Role",
+        examples.display()
+    );
+    Ok(rules)
+}
+
+#[tokio::test]
+#[ignore = "reads the whole suite's audit log: `cargo xtask test` runs it after every other end-to-end test"]
+async fn the_chart_grants_the_operator_no_write_it_did_not_use() -> anyhow::Result<()> {
+    let objects = chart_operator_rbac(&repo_root().join("charts/valkey-operator")).await?;
+    let mut rules = rendered_rules(&objects, "ClusterRole")?;
+    rules.extend(rendered_rules(&objects, "Role")?);
+    let delegated = rendered_role_rules()?;
+
+    let log_path = vko_testbed::controlplane::audit_log(&Paths::from_env());
+    let text = std::fs::read_to_string(&log_path).with_context(|| {
+        format!(
+            "reading the API server's audit log {} (a testbed started before the audit log existed has none: restart it)",
+            log_path.display()
+        )
+    })?;
+    let identities = OperatorIdentities {
+        users: vec![E2E_OPERATOR_USER.to_string()],
+        service_account_suffixes: vec!["valkey-operator".to_string()],
+    };
+    let log = read_audit_log(&text, &identities);
+    let users: std::collections::BTreeSet<&str> = log
+        .requests
+        .iter()
+        .map(|request| request.user.as_str())
+        .collect();
+    println!(
+        "audit log {}: {} events ({} unparsable lines); operator identities seen: {users:?}",
+        log_path.display(),
+        log.events,
+        log.unparsable_lines
+    );
+    let verdict = check(&rules, &log.requests, &delegated, MINIMUMS);
+    println!("{verdict}");
+    anyhow::ensure!(
+        verdict.passed(),
+        "the chart's operator RBAC is not least-privilege (the verdict above lists why)"
+    );
+    Ok(())
+}
