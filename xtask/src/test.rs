@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the README's test command. On a fresh machine (root, Rust, Go, Debian apt) it
 //! installs the prerequisites, builds everything, runs the unit tests, starts a testbed, runs the
-//! end-to-end tests against it and ALWAYS takes the testbed down and checks nothing was left behind.
+//! end-to-end tests against it, then the RBAC least-privilege check over the whole suite's audit log,
+//! and ALWAYS takes the testbed down and checks nothing was left behind.
 
 use std::path::Path;
 use std::process::Command;
@@ -127,6 +128,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "end-to-end tests: cargo test -p vko-e2e --features e2e",
                 || run_e2e(&root, &args.e2e_args),
             );
+            // After every other test binary: the audit log now holds the whole suite's requests.
+            if args.e2e_args.is_empty() {
+                steps.run(
+                    "RBAC least privilege: the suite's audit log vs the chart's ClusterRole",
+                    || run_rbac_check(&root),
+                );
+            } else {
+                println!(
+                    "\n==> RBAC least-privilege check: not run (a filtered end-to-end run does not \
+                     exercise every permission)"
+                );
+            }
         } else {
             steps.skip("end-to-end tests", "the testbed did not start");
         }
@@ -169,6 +182,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
+    cargo_e2e(root, extra_args).context("end-to-end tests failed")
+}
+
+/// `rbac_least_privilege` is `#[ignore]`d in the suite's own run (it must see the whole suite's audit
+/// log); this runs it on its own.
+fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
+    let args = [
+        "--test",
+        "rbac_least_privilege",
+        "--",
+        "--ignored",
+        "--nocapture",
+    ]
+    .map(String::from);
+    cargo_e2e(root, &args).context("the chart's operator RBAC is not least-privilege")
+}
+
+/// `cargo test -p vko-e2e --features e2e <extra_args>` against the running testbed.
+fn cargo_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
     let paths = Paths::from_env();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
@@ -191,9 +223,9 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
             crate::helm::helm_binary(),
         )
         .status()
-        .context("running the end-to-end tests")?;
+        .context("running cargo test -p vko-e2e")?;
     if !status.success() {
-        bail!("end-to-end tests failed ({status})");
+        bail!("cargo test -p vko-e2e {} ({status})", extra_args.join(" "));
     }
     Ok(())
 }
