@@ -82,6 +82,16 @@ impl<'a> Pass<'a> {
         };
         if restart {
             let rolled_sentinel = self.state.tier == Some(Tier::Sentinel);
+            // A roll in flight whose pods are still coming back keeps going on the new target
+            // (it finishes with its Done once they are), rather than going idle with a pod
+            // missing.
+            let was_rolling = self.state.tier.is_some();
+            let data_outdated = data_outdated
+                || (was_rolling && !rolled_sentinel && self.tier_incomplete(Tier::Data));
+            let sentinel_outdated = sentinel_outdated
+                || (rolled_sentinel
+                    && sentinel_target.is_some()
+                    && self.tier_incomplete(Tier::Sentinel));
             self.state = RollState {
                 data_rolled: self.state.data_rolled && self.state.tier.is_some(),
                 last_deleted: self.state.last_deleted.take(),
@@ -248,6 +258,14 @@ impl<'a> Pass<'a> {
                 self.world.sentinel.as_ref().map(|s| s.target_hash.clone());
             self.state.wait = None;
             return self.sentinel_pass();
+        }
+        // Done means every pod of both tiers exists and stays: wait for a Sentinel pod that is
+        // on its way out or back (bounded like in a Sentinel roll).
+        if let Some(decision) = self.tier_terminating(Tier::Sentinel) {
+            return decision;
+        }
+        if let Some(decision) = self.tier_missing(Tier::Sentinel) {
+            return decision;
         }
         self.done(false)
     }
@@ -619,7 +637,14 @@ impl<'a> Pass<'a> {
                 .count();
             let ready = u32::try_from(ready).unwrap_or(u32::MAX);
             let quorum = tier.quorum.max(1);
-            if ready <= quorum || tier.view.master.is_none() || tier.view.agreeing < quorum {
+            // A tier with no pod to spare above quorum (1 Sentinel, or quorum = replicas) can
+            // only be rolled through a brief loss of quorum: then every pod must be ready first.
+            let spare = if tier.replicas > quorum {
+                ready > quorum
+            } else {
+                ready >= tier.replicas
+            };
+            if !spare || tier.view.master.is_none() || tier.view.agreeing < quorum.min(ready) {
                 return self.wait_for(
                     WaitReason::SentinelQuorum,
                     Some(pod.name.clone()),
@@ -760,6 +785,21 @@ impl<'a> Pass<'a> {
         let target = &self.world.data.target_hash;
         self.tier_data_pods()
             .filter(move |pod| pod.template_hash == *target && pod.terminating.is_none())
+    }
+
+    /// Whether a pod of the tier is missing or terminating.
+    fn tier_incomplete(&self, tier: Tier) -> bool {
+        let world = self.world;
+        match tier {
+            Tier::Data => {
+                world.data.pods.iter().any(|pod| pod.terminating.is_some())
+                    || (0..world.data.replicas).any(|o| world.data_pod(o).is_none())
+            }
+            Tier::Sentinel => world.sentinel.as_ref().is_some_and(|s| {
+                s.pods.iter().any(|pod| pod.terminating.is_some())
+                    || (0..s.replicas).any(|o| world.sentinel_pod(o).is_none())
+            }),
+        }
     }
 
     fn data_outdated(&self) -> bool {
