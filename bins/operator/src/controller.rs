@@ -29,6 +29,7 @@ use crate::apply::{self, DesiredObject, FIELD_MANAGER};
 use crate::dataplane::{self, DialConfig, MasterDecision, PodProbe};
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::roll;
 use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
 use crate::stores::{ManagedKind, Stores};
 
@@ -340,7 +341,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         Vec::new()
     };
 
-    let master: Option<u32>;
+    let mut master: Option<u32>;
     let mut sentinel_failover = false;
     let mut authority_note = None;
     let mut requeue_soon = false;
@@ -435,6 +436,59 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         master = probes.iter().find(|p| p.is_master()).map(|p| p.ordinal);
     }
 
+    // ---- roll ----
+    // Skipped in a pass in which the authority just acted (its effect is not observed yet) and
+    // while the StatefulSets are held back.
+    let roll_step =
+        if statefulset_exists && rendered.is_ok() && !secrets.auth_missing && !requeue_soon {
+            let inputs = roll::RollInputs {
+                client: &ctx.client,
+                stores: &ctx.stores,
+                valkey: &valkey,
+                namespace: &namespace,
+                names: &names,
+                dial: &dial,
+                data_pods: &data_pods,
+                sentinel_pods: &sentinel_pods,
+                recorded_master: recorded,
+            };
+            roll::step(&inputs).await
+        } else {
+            None
+        };
+    if let Some(step) = &roll_step {
+        if let Some(promoted) = step.promoted {
+            master = Some(promoted);
+        }
+        if let Some(Error::WriteFailed {
+            kind,
+            name,
+            message,
+        }) = &step.failure
+        {
+            problems.push(Error::WriteFailed {
+                kind: kind.clone(),
+                name: name.clone(),
+                message: message.clone(),
+            });
+        }
+        for note in &step.decision.events {
+            publish(
+                &ctx,
+                &valkey,
+                status::EventSpec {
+                    type_: match note.reason.event_type() {
+                        vko_roll::EventType::Normal => kube::runtime::events::EventType::Normal,
+                        vko_roll::EventType::Warning => kube::runtime::events::EventType::Warning,
+                    },
+                    reason: note.reason.as_str().to_owned(),
+                    note: note.message.clone(),
+                },
+            )
+            .await;
+        }
+    }
+
     // ---- status ----
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
@@ -457,6 +511,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         sentinel_failover,
         authority_note,
         blocked,
+        roll: roll_step.as_ref().map(|step| step.decision.clone()),
     };
     let current = valkey.status.as_ref();
     let next = status::desired_status(current, &snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
@@ -484,7 +539,10 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         .map(|mut failures| failures.remove(&ObjectRef::from_obj(valkey.as_ref())))
         .ok();
     let verdict = status::data_plane_verdict(&snapshot);
-    Ok(if requeue_soon {
+    let roll_requeue = roll_step.as_ref().and_then(|step| step.requeue);
+    Ok(if let Some(delay) = roll_requeue {
+        Action::requeue(delay)
+    } else if requeue_soon {
         Action::requeue(Duration::from_secs(1))
     } else if verdict.ready {
         Action::requeue(Duration::from_secs(60))

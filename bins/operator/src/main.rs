@@ -7,6 +7,7 @@ mod error;
 mod leader;
 mod metrics;
 mod migrate;
+mod roll;
 mod status;
 mod stores;
 

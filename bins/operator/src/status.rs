@@ -37,6 +37,9 @@ pub struct Snapshot {
     /// Why the authority did not act, when it did not (e.g. waiting for the hold to clear).
     pub authority_note: Option<String>,
     pub blocked: Option<Blocked>,
+    /// The rolling update's step in this pass (`None`: the roll was not evaluated, so the
+    /// recorded roll state stays as it is).
+    pub roll: Option<vko_roll::Decision>,
 }
 
 /// The data-plane verdict of a snapshot, before the blocked override.
@@ -181,12 +184,17 @@ pub fn desired_status(
     now: Time,
 ) -> ValkeyStatus {
     let verdict = data_plane_verdict(snapshot);
-    let (phase, message) = match &snapshot.blocked {
-        Some(blocked) => (
+    let rolling_phase = snapshot
+        .roll
+        .as_ref()
+        .and_then(|roll| Some((roll.phase.clone()?, roll.summary.clone())));
+    let (phase, message) = match (&snapshot.blocked, rolling_phase) {
+        (Some(blocked), _) => (
             Phase::Error,
             format!("Failed to reconcile resources: {}", blocked.message),
         ),
-        None => (verdict.phase.clone(), verdict.message.clone()),
+        (None, Some(rolling)) => rolling,
+        (None, None) => (verdict.phase.clone(), verdict.message.clone()),
     };
     let mut conditions = current
         .and_then(|status| status.conditions.clone())
@@ -234,6 +242,33 @@ pub fn desired_status(
             ),
         },
     );
+    if let Some(roll) = &snapshot.roll {
+        for change in &roll.conditions {
+            let present = conditions.iter().find(|c| c.type_ == change.type_.as_str());
+            let write = match change.when {
+                vko_roll::WriteWhen::Always => true,
+                vko_roll::WriteWhen::IfPresent => present.is_some(),
+                vko_roll::WriteWhen::IfTrue => present.is_some_and(|c| c.status == "True"),
+            };
+            if write {
+                set_condition(
+                    &mut conditions,
+                    condition(
+                        change.type_,
+                        change.status,
+                        change.reason.as_str(),
+                        change.message.clone(),
+                        snapshot.generation,
+                        &now,
+                    ),
+                );
+            }
+        }
+    }
+    let rolling_update = match &snapshot.roll {
+        Some(roll) => crate::roll::status_of(&roll.state),
+        None => current.and_then(|status| status.rolling_update.clone()),
+    };
     let master_pod = snapshot
         .master
         .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
@@ -247,7 +282,7 @@ pub fn desired_status(
         conditions: Some(conditions),
         operator_version: Some(operator_version.to_owned()),
         observed_generation: snapshot.generation,
-        rolling_update: current.and_then(|status| status.rolling_update.clone()),
+        rolling_update,
     }
 }
 
@@ -296,8 +331,15 @@ pub fn transition_events(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> Vec<
         }
     }
     let old_ready = find(old, ConditionType::Ready).map(|c| c.status == "True");
+    // A pod being replaced by a roll is planned, not a fault: no Warning for it.
+    let rolling = new.rolling_update.is_some()
+        || matches!(
+            new.phase,
+            Some(Phase::RollingUpdate { .. } | Phase::SentinelRollingUpdate { .. })
+        );
     if let Some(new_ready) = find(Some(new), ConditionType::Ready) {
         match (old_ready, new_ready.status == "True") {
+            (Some(true), false) if rolling => {}
             (Some(true), false) => events.push(EventSpec {
                 type_: EventType::Warning,
                 reason: "ClusterNotReady".into(),
@@ -380,6 +422,7 @@ mod tests {
             sentinel_failover: false,
             authority_note: None,
             blocked: None,
+            roll: None,
         }
     }
 

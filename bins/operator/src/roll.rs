@@ -1,0 +1,761 @@
+//! The rolling update, driven: builds `vko-roll`'s [`World`] from the stores (pods, the
+//! StatefulSets' template hashes) and from asking every data pod and Sentinel, runs
+//! [`vko_roll::next`], executes its one action (delete a pod with a UID precondition, or the
+//! lossless [`vko_valkey::switchover`]) and hands back what the status step records.
+//!
+//! Pods are dialled by IP (the operator needs no cluster DNS) and named by their FQDNs, which
+//! is what `REPLICAOF` and Sentinel see (no IP ever enters a server's configuration).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Preconditions};
+use vko_api::{RollingUpdateStatus, Valkey};
+use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
+use vko_roll::{
+    Action, ConnectedReplica, DataPod, DataTier, Decision, MasterInfo, Millis, ReplicaInfo,
+    RollState, SentinelPod, SentinelTier, SentinelView, Server, SwitchoverKind, Terminating, Tier,
+    World,
+};
+use vko_valkey::parse::{
+    Info, KeyspaceInfo, LinkStatus, PersistenceInfo, ReplicaSyncState, ReplicationInfo,
+    ReplicationRole,
+};
+use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
+use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+
+use crate::dataplane::{self, DIAL_TIMEOUT, DialConfig};
+use crate::error::Error;
+use crate::stores::Stores;
+
+/// Requeue while a roll is in flight: the machine moves one step per pass.
+pub const ROLL_REQUEUE: Duration = Duration::from_millis(1500);
+/// How long a pass waits for its own pod deletion to show in the pod store, so that the next
+/// pass never sees the deleted pod as still running (and deletes a second one).
+const STORE_CATCH_UP: Duration = Duration::from_secs(10);
+
+/// What one roll step produced, for the status step.
+#[derive(Debug)]
+pub struct RollStep {
+    pub decision: Decision,
+    /// The master recorded without Sentinel after a promotion in this pass.
+    pub promoted: Option<u32>,
+    /// When to look again.
+    pub requeue: Option<Duration>,
+    /// The action failed (the recorded state still counts the attempt; the machine retries or
+    /// pauses by its own bounds).
+    pub failure: Option<Error>,
+}
+
+/// Everything one step needs from the pass.
+pub struct RollInputs<'a> {
+    pub client: &'a kube::Client,
+    pub stores: &'a Stores,
+    pub valkey: &'a Valkey,
+    pub namespace: &'a str,
+    pub names: &'a Names,
+    pub dial: &'a DialConfig,
+    pub data_pods: &'a BTreeMap<u32, Arc<Pod>>,
+    pub sentinel_pods: &'a [Arc<Pod>],
+    /// Without Sentinel: `status.masterPod` as an ordinal (ADR 0005).
+    pub recorded_master: Option<u32>,
+}
+
+pub fn now() -> Millis {
+    Millis(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+    )
+}
+
+/// The recorded state from the status (`None`/unreadable = not rolling).
+pub fn recorded_state(valkey: &Valkey) -> RollState {
+    valkey
+        .status
+        .as_ref()
+        .and_then(|status| status.rolling_update.as_ref())
+        .and_then(|recorded| serde_json::to_value(recorded).ok())
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default()
+}
+
+/// The state as `status.rollingUpdate` (`None` when not rolling).
+pub fn status_of(state: &RollState) -> Option<RollingUpdateStatus> {
+    if *state == RollState::default() {
+        return None;
+    }
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
+}
+
+fn template_hash_of_statefulset(statefulset: Option<&StatefulSet>) -> Option<String> {
+    statefulset?
+        .spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(POD_SPEC_HASH_ANNOTATION)
+        .cloned()
+}
+
+fn template_hash_of_pod(pod: &Pod) -> String {
+    pod.annotations()
+        .get(POD_SPEC_HASH_ANNOTATION)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn millis(time: Option<&Time>) -> Millis {
+    time.map(|t| Millis(u64::try_from(t.0.as_millisecond()).unwrap_or(0)))
+        .unwrap_or_default()
+}
+
+fn terminating(pod: &Pod) -> Option<Terminating> {
+    let deadline = millis(pod.metadata.deletion_timestamp.as_ref());
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    let grace_ms = u64::try_from(grace).unwrap_or(0).saturating_mul(1000);
+    Some(Terminating {
+        since: Millis(deadline.0.saturating_sub(grace_ms)),
+        grace_deadline: deadline,
+    })
+}
+
+fn ordinal_suffix(pod_name: &str, statefulset: &str) -> Option<u32> {
+    pod_name
+        .strip_prefix(statefulset)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+fn pod_ip_if_running(pod: &Pod) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Running") {
+        return None;
+    }
+    status.pod_ip.clone()
+}
+
+/// Whether a roll could be in flight or due: something recorded, or a pod that does not carry
+/// its StatefulSet's template. Cheap (stores only), so the pass skips the probes otherwise.
+pub fn wanted(inputs: &RollInputs<'_>) -> bool {
+    if recorded_state(inputs.valkey) != RollState::default() {
+        return true;
+    }
+    let data_target = template_hash_of_statefulset(
+        inputs
+            .stores
+            .statefulset(inputs.namespace, &inputs.names.data_statefulset())
+            .as_deref(),
+    );
+    let sentinel_target = template_hash_of_statefulset(
+        inputs
+            .stores
+            .statefulset(inputs.namespace, &inputs.names.sentinel_statefulset())
+            .as_deref(),
+    );
+    let outdated = |pods: Vec<&Arc<Pod>>, target: &Option<String>| {
+        target
+            .as_ref()
+            .is_some_and(|target| pods.iter().any(|pod| template_hash_of_pod(pod) != *target))
+    };
+    outdated(inputs.data_pods.values().collect(), &data_target)
+        || (inputs.valkey.spec.sentinel_enabled()
+            && outdated(inputs.sentinel_pods.iter().collect(), &sentinel_target))
+}
+
+/// The operator's way of reaching pods: announced FQDN → pod IP, TLS verified against the FQDN.
+pub struct PodDial<'a> {
+    dial: &'a DialConfig,
+    /// Pod name → IP of every running pod of the cluster.
+    ips: BTreeMap<String, String>,
+}
+
+impl<'a> PodDial<'a> {
+    pub fn new(dial: &'a DialConfig, pods: impl Iterator<Item = &'a Arc<Pod>>) -> PodDial<'a> {
+        let ips = pods
+            .filter_map(|pod| Some((pod.name_any(), pod_ip_if_running(pod)?)))
+            .collect();
+        PodDial { dial, ips }
+    }
+
+    fn options(
+        &self,
+        at: &Address,
+        password: Option<&String>,
+    ) -> vko_valkey::Result<ConnectOptions> {
+        let pod = at.host.split('.').next().unwrap_or_default();
+        let ip = self
+            .ips
+            .get(pod)
+            .ok_or_else(|| vko_valkey::Error::Connection {
+                addr: at.to_string(),
+                detail: format!("pod {pod} is not running or has no IP"),
+            })?;
+        let mut options = ConnectOptions::new(ip.clone(), at.port);
+        options.password = password.cloned();
+        options.connect_timeout = DIAL_TIMEOUT;
+        options.command_timeout = DIAL_TIMEOUT;
+        options.tls = self.dial.tls.clone().map(|tls| TlsOptions {
+            server_name: Some(at.host.clone()),
+            ..tls
+        });
+        Ok(options)
+    }
+}
+
+impl Dial for PodDial<'_> {
+    async fn valkey(&self, at: &Address) -> vko_valkey::Result<ValkeyClient> {
+        let options = self.options(at, self.dial.password.as_ref())?;
+        ValkeyClient::connect(&options).await
+    }
+
+    async fn sentinel(&self, at: &Address) -> vko_valkey::Result<SentinelClient> {
+        let options = self.options(at, self.dial.sentinel_password.as_ref())?;
+        SentinelClient::connect(&options).await
+    }
+}
+
+/// `INFO` (replication, persistence, keyspace) of one data pod, as the machine sees it.
+async fn probe_server(name: &str, dial: &PodDial<'_>, at: &Address) -> Server {
+    let answer = async {
+        let client = dial.valkey(at).await?;
+        let info = client.info("default").await;
+        client.close().await;
+        info
+    };
+    match answer.await {
+        Ok(info) => server_of(name, &info).unwrap_or(Server::Unreachable),
+        Err(error) => {
+            tracing::debug!(pod = %at, %error, "roll probe: no answer");
+            Server::Unreachable
+        }
+    }
+}
+
+fn offset(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// The machine's view of one `INFO` answer.
+pub fn server_of(name: &str, info: &Info) -> Option<Server> {
+    let replication = ReplicationInfo::from_info(info).ok()?;
+    let keys = KeyspaceInfo::from_info(info)
+        .map(|k| k.total_keys())
+        .unwrap_or(0);
+    let loading = PersistenceInfo::from_info(info).is_ok_and(|p| p.loading);
+    Some(match replication.role {
+        ReplicationRole::Master => Server::Master(MasterInfo {
+            offset: offset(replication.master_repl_offset),
+            keys,
+            replicas: replication
+                .replicas
+                .iter()
+                .map(|r| ConnectedReplica {
+                    ordinal: dataplane::ordinal_of(name, &r.host),
+                    online: r.state == ReplicaSyncState::Online,
+                    offset: offset(r.offset),
+                })
+                .collect(),
+            replid: replication.master_replid.clone(),
+            replid2: replication
+                .master_replid2
+                .clone()
+                .filter(|id| id.bytes().any(|b| b != b'0')),
+            second_offset: replication
+                .second_repl_offset
+                .and_then(|o| u64::try_from(o).ok()),
+        }),
+        ReplicationRole::Replica => {
+            let upstream = replication.upstream.as_ref();
+            Server::Replica(ReplicaInfo {
+                following: upstream
+                    .and_then(|u| dataplane::ordinal_of(name, &u.master_host))
+                    .filter(|_| upstream.is_some_and(|u| u.master_host != dataplane::HOLD_HOST)),
+                link_up: upstream.is_some_and(|u| u.link_status == LinkStatus::Up),
+                syncing: upstream.is_some_and(|u| u.sync_in_progress),
+                loading,
+                offset: offset(upstream.map_or(replication.master_repl_offset, |u| u.repl_offset)),
+                keys,
+            })
+        }
+    })
+}
+
+/// One Sentinel's answer: the master's ordinal and the replicas it knows in good health.
+async fn ask_sentinel(
+    name: &str,
+    dial: &PodDial<'_>,
+    at: &Address,
+) -> Option<(Option<u32>, Vec<u32>)> {
+    let client = dial.sentinel(at).await.ok()?;
+    let master = client.master(name).await;
+    let replicas = client.replicas(name).await;
+    client.close().await;
+    let master = master.ok()?;
+    let named = (!master.flags.is_down())
+        .then(|| dataplane::ordinal_of(name, &master.host))
+        .flatten();
+    let known = replicas
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| !r.flags.is_down())
+        .filter_map(|r| dataplane::ordinal_of(name, &r.host))
+        .collect();
+    Some((named, known))
+}
+
+fn sentinel_view(answers: &[Option<(Option<u32>, Vec<u32>)>]) -> SentinelView {
+    let answered: Vec<&(Option<u32>, Vec<u32>)> = answers.iter().flatten().collect();
+    let mut votes: BTreeMap<u32, u32> = BTreeMap::new();
+    for (master, _) in &answered {
+        if let Some(master) = master {
+            *votes.entry(*master).or_default() += 1;
+        }
+    }
+    let count = u32::try_from(answered.len()).unwrap_or(u32::MAX);
+    let majority = votes.into_iter().find(|(_, n)| n.saturating_mul(2) > count);
+    let (master, agreeing) = match majority {
+        Some((master, n)) => (Some(master), n),
+        None => (None, 0),
+    };
+    // Replicas every agreeing Sentinel knows (Sentinel picks from its own list).
+    let mut known_replicas: Vec<u32> = Vec::new();
+    if let Some(master) = master {
+        let agreeing_lists: Vec<&Vec<u32>> = answered
+            .iter()
+            .filter(|(m, _)| *m == Some(master))
+            .map(|(_, known)| known)
+            .collect();
+        if let Some((first, rest)) = agreeing_lists.split_first() {
+            known_replicas = first
+                .iter()
+                .copied()
+                .filter(|o| rest.iter().all(|list| list.contains(o)))
+                .collect();
+        }
+    }
+    SentinelView {
+        answered: count,
+        master,
+        agreeing,
+        known_replicas,
+    }
+}
+
+/// Observes the world of one `Valkey`.
+pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<World> {
+    let spec = &inputs.valkey.spec;
+    let names = inputs.names;
+    let name = names.name();
+    let data_sts = names.data_statefulset();
+    let target_hash = template_hash_of_statefulset(
+        inputs
+            .stores
+            .statefulset(inputs.namespace, &data_sts)
+            .as_deref(),
+    )?;
+    let port = dial.dial.valkey_port;
+    let servers = futures::future::join_all(inputs.data_pods.iter().map(|(ordinal, _)| {
+        let at = Address::new(names.data_pod_fqdn(*ordinal), port);
+        async move { probe_server(name, dial, &at).await }
+    }))
+    .await;
+    let pods = inputs
+        .data_pods
+        .iter()
+        .zip(servers)
+        .map(|((ordinal, pod), server)| DataPod {
+            ordinal: *ordinal,
+            name: pod.name_any(),
+            created_at: millis(pod.metadata.creation_timestamp.as_ref()),
+            template_hash: template_hash_of_pod(pod),
+            ready: dataplane::pod_is_ready(pod),
+            terminating: terminating(pod),
+            server,
+        })
+        .collect();
+    let sentinel = if spec.sentinel_enabled() {
+        let sentinel_sts = names.sentinel_statefulset();
+        let target_hash = template_hash_of_statefulset(
+            inputs
+                .stores
+                .statefulset(inputs.namespace, &sentinel_sts)
+                .as_deref(),
+        )?;
+        let sentinel_port = dial.dial.sentinel_port;
+        let pods: Vec<(u32, &Arc<Pod>)> = inputs
+            .sentinel_pods
+            .iter()
+            .filter_map(|pod| Some((ordinal_suffix(&pod.name_any(), &sentinel_sts)?, pod)))
+            .collect();
+        let answers = futures::future::join_all(pods.iter().map(|(ordinal, pod)| {
+            let at = Address::new(names.sentinel_pod_fqdn(*ordinal), sentinel_port);
+            let running = pod_ip_if_running(pod).is_some();
+            async move {
+                if running {
+                    ask_sentinel(name, dial, &at).await
+                } else {
+                    None
+                }
+            }
+        }))
+        .await;
+        Some(SentinelTier {
+            statefulset: sentinel_sts,
+            replicas: u32::try_from(spec.sentinel_replicas()).unwrap_or(0),
+            quorum: u32::try_from(spec.sentinel_quorum()).unwrap_or(0),
+            target_hash,
+            pods: pods
+                .iter()
+                .map(|(ordinal, pod)| SentinelPod {
+                    ordinal: *ordinal,
+                    name: pod.name_any(),
+                    created_at: millis(pod.metadata.creation_timestamp.as_ref()),
+                    template_hash: template_hash_of_pod(pod),
+                    ready: dataplane::pod_is_ready(pod),
+                    terminating: terminating(pod),
+                })
+                .collect(),
+            view: sentinel_view(&answers),
+        })
+    } else {
+        None
+    };
+    Some(World {
+        data: DataTier {
+            statefulset: data_sts,
+            replicas: u32::try_from(spec.replicas()).unwrap_or(0),
+            target_hash,
+            // Not derived yet: a single-replica cluster restarts for a sidecar-only change too.
+            sidecar_only_change: false,
+            recorded_master: if spec.sentinel_enabled() {
+                None
+            } else {
+                inputs.recorded_master
+            },
+            pods,
+        },
+        sentinel,
+        sync_timeout_ms: spec
+            .sync_timeout()
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(5 * 60 * 1000),
+        persistence: spec.persistence_enabled(),
+    })
+}
+
+/// Deletes `pod` only if it is still the object with `uid`, then waits until the pod store
+/// shows it terminating or gone.
+async fn delete_pod(inputs: &RollInputs<'_>, pod: &Pod) -> Result<(), Error> {
+    let pod_name = pod.name_any();
+    let uid = pod.uid().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(inputs.client.clone(), inputs.namespace);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod_name, &params).await {
+        Ok(_) => {}
+        // Gone already, or replaced (UID precondition failed): nothing of ours to delete.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+            tracing::info!(pod = %pod_name, code = status.code, "roll: pod already gone or replaced");
+        }
+        Err(error) => {
+            return Err(Error::WriteFailed {
+                kind: "Pod".into(),
+                name: pod_name,
+                message: error.to_string(),
+            });
+        }
+    }
+    let deadline = tokio::time::Instant::now() + STORE_CATCH_UP;
+    while tokio::time::Instant::now() < deadline {
+        let seen = inputs
+            .stores
+            .cluster_pods(inputs.namespace, inputs.names.name())
+            .into_iter()
+            .find(|p| p.name_any() == pod_name);
+        let caught_up = seen.is_none_or(|p| {
+            p.metadata.deletion_timestamp.is_some() || p.uid().as_deref() != Some(uid.as_str())
+        });
+        if caught_up {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!(pod = %pod_name, "roll: the pod store has not shown the deletion yet");
+    Ok(())
+}
+
+fn pod_in<'p>(pods: impl Iterator<Item = &'p Arc<Pod>>, name: &str) -> Option<&'p Arc<Pod>> {
+    pods.into_iter().find(|p| p.name_any() == name)
+}
+
+/// Runs one roll step: observe, decide, execute. `None` when nothing is (or may be) rolling.
+pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
+    if !wanted(inputs) {
+        return None;
+    }
+    let dial = PodDial::new(
+        inputs.dial,
+        inputs.data_pods.values().chain(inputs.sentinel_pods.iter()),
+    );
+    let world = observe(inputs, &dial).await?;
+    let recorded = recorded_state(inputs.valkey);
+    let now = now();
+    let decision = vko_roll::next(&world, &recorded, now);
+    let name = inputs.names.name();
+    if !matches!(decision.action, Action::Idle) {
+        tracing::info!(namespace = inputs.namespace, %name, action = ?decision.action, summary = %decision.summary, "roll step");
+    }
+    let mut promoted = None;
+    let executed: Result<Option<Duration>, Error> = async {
+    Ok(match &decision.action {
+        Action::Idle => None,
+        Action::Done => Some(ROLL_REQUEUE),
+        Action::Wait { deadline, .. } => Some(
+            Duration::from_millis(deadline.since(now).max(200)).min(ROLL_REQUEUE),
+        ),
+        Action::Pause { .. } => Some(Duration::from_secs(10)),
+        Action::DeletePod { tier, pod, .. } => {
+            let pods: Box<dyn Iterator<Item = &Arc<Pod>>> = match tier {
+                Tier::Data => Box::new(inputs.data_pods.values()),
+                Tier::Sentinel => Box::new(inputs.sentinel_pods.iter()),
+            };
+            if let Some(object) = pod_in(pods, pod) {
+                delete_pod(inputs, object).await?;
+            }
+            Some(ROLL_REQUEUE)
+        }
+        Action::RestartInPlace { pod, loses_data, .. } => {
+            if *loses_data {
+                tracing::warn!(namespace = inputs.namespace, %name, %pod, "roll: restarting the only pod in place; without persistence its data is lost");
+            }
+            if let Some(object) = pod_in(inputs.data_pods.values(), pod) {
+                delete_pod(inputs, object).await?;
+            }
+            Some(ROLL_REQUEUE)
+        }
+        Action::Switchover {
+            from,
+            from_pod,
+            to,
+            kind,
+            ..
+        } => {
+            let port = inputs.dial.valkey_port;
+            let old_address = Address::new(inputs.names.data_pod_fqdn(*from), port);
+            let promoter = match kind {
+                SwitchoverKind::SentinelFailover => Promoter::Sentinel {
+                    name: name.to_owned(),
+                    sentinels: world
+                        .sentinel
+                        .as_ref()
+                        .map(|tier| {
+                            tier.pods
+                                .iter()
+                                .filter(|p| p.ready)
+                                .map(|p| {
+                                    Address::new(
+                                        inputs.names.sentinel_pod_fqdn(p.ordinal),
+                                        inputs.dial.sentinel_port,
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                },
+                SwitchoverKind::Promote => Promoter::Direct {
+                    target: Some(Address::new(inputs.names.data_pod_fqdn(*to), port)),
+                },
+            };
+            let data_plane = |action, source| Error::DataPlane {
+                action,
+                pod: from_pod.clone(),
+                source,
+            };
+            let old = dial
+                .valkey(&old_address)
+                .await
+                .map_err(|e| data_plane("connect", e))?;
+            let outcome = switchover::switchover(
+                &dial,
+                &old,
+                &old_address,
+                &promoter,
+                &switchover::Settings::default(),
+            )
+            .await;
+            old.close().await;
+            match outcome.map_err(|e| data_plane("switchover", e))? {
+                Outcome::HandedOver(report) => {
+                    tracing::info!(
+                        namespace = inputs.namespace,
+                        %name,
+                        from = %from_pod,
+                        new_master = %report.new_master,
+                        write_pause_ms = u64::try_from(report.write_pause.as_millis()).unwrap_or(u64::MAX),
+                        catch_up_ms = u64::try_from(report.catch_up.as_millis()).unwrap_or(u64::MAX),
+                        "roll: master switched over"
+                    );
+                    if *kind == SwitchoverKind::Promote {
+                        promoted = dataplane::ordinal_of(name, &report.new_master.host);
+                    }
+                }
+                other => {
+                    tracing::info!(namespace = inputs.namespace, %name, from = %from_pod, outcome = ?other, "roll: no switchover needed");
+                }
+            }
+            Some(Duration::from_millis(300))
+        }
+        Action::Demote {
+            ordinal,
+            replica_of,
+            pod,
+            ..
+        } => {
+            let port = inputs.dial.valkey_port;
+            let at = Address::new(inputs.names.data_pod_fqdn(*ordinal), port);
+            let client = dial.valkey(&at).await.map_err(|source| Error::DataPlane {
+                action: "connect",
+                pod: pod.clone(),
+                source,
+            })?;
+            let result = client
+                .replicaof(&inputs.names.data_pod_fqdn(*replica_of), port)
+                .await;
+            client.close().await;
+            result.map_err(|source| Error::DataPlane {
+                action: "REPLICAOF",
+                pod: pod.clone(),
+                source,
+            })?;
+            Some(ROLL_REQUEUE)
+        }
+    })
+    }
+    .await;
+    let (requeue, failure) = match executed {
+        Ok(requeue) => (requeue, None),
+        Err(error) => {
+            tracing::warn!(namespace = inputs.namespace, %name, %error, "roll step failed");
+            (Some(ROLL_REQUEUE), Some(error))
+        }
+    };
+    Some(RollStep {
+        decision,
+        promoted,
+        requeue,
+        failure,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vko_roll::{DeletedPod, Progress, SwitchoverRecord, WaitReason, WaitRecord};
+
+    #[test]
+    fn the_recorded_status_holds_every_field_of_the_roll_state() {
+        let state = RollState {
+            tier: Some(Tier::Sentinel),
+            data_target: Some("abc".into()),
+            sentinel_target: Some("def".into()),
+            progress: Some(Progress {
+                current: 2,
+                total: 3,
+            }),
+            data_rolled: true,
+            data_completed: true,
+            wait: Some(WaitRecord {
+                reason: WaitReason::PodRecreation,
+                since: Millis(1_700_000_000_000),
+            }),
+            last_deleted: Some(DeletedPod {
+                tier: Tier::Data,
+                ordinal: 1,
+                at: Millis(1_700_000_000_001),
+            }),
+            switchover: Some(SwitchoverRecord {
+                from: 0,
+                to: 2,
+                started: Millis(1_700_000_000_002),
+                attempts: 2,
+            }),
+            multiple_masters_since: Some(Millis(1_700_000_000_003)),
+            split_brain_reported: true,
+        };
+        let status = status_of(&state).unwrap();
+        assert_eq!(status.tier.as_deref(), Some("sentinel"));
+        let valkey: Valkey = serde_json::from_value(serde_json::json!({
+            "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"image": "valkey/valkey:8.0"},
+            "status": {"rollingUpdate": status},
+        }))
+        .unwrap();
+        assert_eq!(recorded_state(&valkey), state);
+        assert_eq!(status_of(&RollState::default()), None);
+    }
+
+    #[test]
+    fn the_sentinel_view_needs_a_majority_of_the_answers() {
+        let view = sentinel_view(&[Some((Some(1), vec![0, 2])), Some((Some(1), vec![2])), None]);
+        assert_eq!(view.answered, 2);
+        assert_eq!(view.master, Some(1));
+        assert_eq!(view.agreeing, 2);
+        assert_eq!(view.known_replicas, vec![2]);
+        let split = sentinel_view(&[Some((Some(1), vec![])), Some((Some(0), vec![]))]);
+        assert_eq!(split.master, None);
+        assert_eq!(split.agreeing, 0);
+    }
+
+    #[test]
+    fn info_of_a_master_and_a_held_replica() {
+        let master = Info::parse(
+            "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=a-1.a-headless.ns.svc.cluster.local,port=6379,state=online,offset=42,lag=0\r\nmaster_failover_state:no-failover\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:42\r\nsecond_repl_offset:-1\r\n# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n",
+        );
+        let Some(Server::Master(info)) = server_of("a", &master) else {
+            panic!("not a master: {:?}", server_of("a", &master));
+        };
+        assert_eq!(info.offset, 42);
+        assert_eq!(info.keys, 3);
+        assert_eq!(info.replid2, None);
+        assert_eq!(info.second_offset, None);
+        assert_eq!(
+            info.replicas,
+            vec![ConnectedReplica {
+                ordinal: Some(1),
+                online: true,
+                offset: 42
+            }]
+        );
+        let held = Info::parse(
+            "# Replication\r\nrole:slave\r\nmaster_host:vko-hold.invalid\r\nmaster_port:6379\r\nmaster_link_status:down\r\nmaster_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:0\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\n",
+        );
+        let Some(Server::Replica(info)) = server_of("a", &held) else {
+            panic!("not a replica");
+        };
+        assert_eq!(info.following, None);
+        assert!(!info.link_up);
+    }
+}
