@@ -337,9 +337,27 @@ pub struct WriteLog {
     /// Errors seen (first few), for the report.
     pub errors: Vec<String>,
     pub error_count: usize,
+    /// Every master the writer wrote to, in order: (index into `ok_times` of its first OK, pod).
+    pub masters: Vec<(usize, String)>,
 }
 
 impl WriteLog {
+    /// Per change of master: the gap between the last OK from the old master and the first OK
+    /// from the new one (the write gap the switchover cost this client).
+    pub fn switchover_gaps(&self) -> Vec<Duration> {
+        self.masters
+            .windows(2)
+            .filter(|w| w[0].1 != w[1].1)
+            .filter_map(|w| {
+                let first_new = w[1].0;
+                Some(
+                    *self.ok_times.get(first_new)?
+                        - *self.ok_times.get(first_new.checked_sub(1)?)?,
+                )
+            })
+            .collect()
+    }
+
     /// The longest time between two consecutive OKs.
     pub fn longest_gap(&self) -> Duration {
         self.ok_times
@@ -348,6 +366,46 @@ impl WriteLog {
             .max()
             .unwrap_or_default()
     }
+}
+
+/// How a writer finds the master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+    Sentinel,
+    /// The data pod (`<valkey>-<n>`) that answers `role:master` (clusters without Sentinel); with
+    /// several, the one labelled master, else the first.
+    RoleMaster,
+}
+
+/// The data pod that answers `role:master`.
+pub async fn role_master_pod(pods: &Pods, valkey: &str) -> anyhow::Result<String> {
+    let mut masters = Vec::new();
+    for pod in pods.names_with_prefix(&format!("{valkey}-")) {
+        let Some(ip) = pods.ip(&pod) else { continue };
+        let answered = async {
+            let mut conn = Conn::connect(&ip, VALKEY_PORT, Duration::from_millis(500)).await?;
+            conn.call(&["ROLE"]).await
+        }
+        .await;
+        if let Ok(reply) = answered
+            && reply.items().first().and_then(Reply::text) == Some("master")
+        {
+            masters.push(pod);
+        }
+    }
+    let labelled = masters.iter().find(|pod| {
+        pods.by_name
+            .get(*pod)
+            .and_then(|p| p.metadata.labels.as_ref())
+            .and_then(|l| l.get(ROLE_LABEL))
+            .map(String::as_str)
+            == Some("master")
+    });
+    labelled
+        .or(masters.first())
+        .cloned()
+        .with_context(|| format!("no pod of {valkey} answers role:master"))
 }
 
 /// A writer task: plain `SET` to whoever Sentinel names master, re-resolving on any error; with
@@ -367,6 +425,18 @@ impl Writer {
         prefix: String,
         wait_replicas: Option<u32>,
     ) -> Writer {
+        Writer::start_following(client, ns, valkey, prefix, wait_replicas, Follow::Sentinel)
+    }
+
+    /// As [`Writer::start`], finding the master as `follow` says.
+    pub fn start_following(
+        client: kube::Client,
+        ns: String,
+        valkey: String,
+        prefix: String,
+        wait_replicas: Option<u32>,
+        follow: Follow,
+    ) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(WriteLog::default()));
         let task = tokio::spawn(write_loop(
@@ -375,6 +445,7 @@ impl Writer {
             valkey,
             prefix,
             wait_replicas,
+            follow,
             stop.clone(),
             log.clone(),
         ));
@@ -405,25 +476,37 @@ async fn write_loop(
     valkey: String,
     prefix: String,
     wait_replicas: Option<u32>,
+    follow: Follow,
     stop: Arc<AtomicBool>,
     log: Arc<Mutex<WriteLog>>,
 ) {
     let mut sequence = 0u64;
     let mut conn: Option<Conn> = None;
+    let mut master = String::new();
     let wait_arg = wait_replicas.map(|n| n.to_string());
     while !stop.load(Ordering::SeqCst) {
         if conn.is_none() {
             let resolved = async {
                 let pods = Pods::list(&client, &ns).await?;
-                let host = sentinel_master_host(&pods, &valkey).await?;
+                let host = match follow {
+                    Follow::Sentinel => sentinel_master_host(&pods, &valkey).await?,
+                    Follow::RoleMaster => role_master_pod(&pods, &valkey).await?,
+                };
                 let ip = pods
                     .ip_of_host(&host)
                     .with_context(|| format!("no pod IP for {host}"))?;
-                Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(10)).await
+                let pod = host.split('.').next().unwrap_or_default().to_owned();
+                Ok::<_, anyhow::Error>((
+                    Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(10)).await?,
+                    pod,
+                ))
             }
             .await;
             match resolved {
-                Ok(c) => conn = Some(c),
+                Ok((c, pod)) => {
+                    conn = Some(c);
+                    master = pod;
+                }
                 Err(error) => {
                     note_error(&log, format!("resolve: {error:#}")).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -438,6 +521,10 @@ async fn write_loop(
             Ok(Reply::Simple(ok)) if ok == "OK" => {
                 {
                     let mut log = log.lock().await;
+                    if log.masters.last().is_none_or(|(_, m)| *m != master) {
+                        let index = log.ok_times.len();
+                        log.masters.push((index, master.clone()));
+                    }
                     log.acked.push(key.clone());
                     log.ok_times.push(Instant::now());
                 }

@@ -980,7 +980,8 @@ fn max_wait_ms(sim: &Sim, reason: WaitReason) -> u64 {
     }
 }
 
-fn run(s: Scenario) -> Result<(), TestCaseError> {
+fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
+    let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut sim = Sim::new(&s);
     let mut recorded = RollState::default();
     // The last wait (reason, deadline) while nothing but waits happened.
@@ -1065,7 +1066,8 @@ fn run(s: Scenario) -> Result<(), TestCaseError> {
             }
         }
         sim.advance(*dt);
-        step(&mut sim, &mut recorded, &mut open_wait, forget)?;
+        let decision = step(&mut sim, &mut recorded, &mut open_wait, forget)?;
+        seen.extend(labels(&decision));
         if forget {
             // The wait this pass started was never recorded: the next pass starts it anew.
             open_wait = None;
@@ -1079,6 +1081,7 @@ fn run(s: Scenario) -> Result<(), TestCaseError> {
         let dt = sim.rng.between(2_000, 15_000);
         sim.advance(dt);
         let decision = step(&mut sim, &mut recorded, &mut open_wait, false)?;
+        seen.extend(labels(&decision));
         match &decision.action {
             Action::Done | Action::Idle if sim.converged() => {
                 // No acknowledged write lost, except what faults outside the roll lost.
@@ -1091,7 +1094,7 @@ fn run(s: Scenario) -> Result<(), TestCaseError> {
                     .copied()
                     .collect();
                 prop_assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-                return Ok(());
+                return Ok(seen);
             }
             Action::Done => {
                 // Done: no pod runs an outdated template (pods deleted by someone else may still
@@ -1124,7 +1127,7 @@ fn run(s: Scenario) -> Result<(), TestCaseError> {
                     _ => false,
                 };
                 if justified && same_pause >= 20 {
-                    return Ok(());
+                    return Ok(seen);
                 }
             }
             _ => {
@@ -1137,7 +1140,29 @@ fn run(s: Scenario) -> Result<(), TestCaseError> {
         false,
         "no Done/Idle or justified hold within 600 calm steps: last state {recorded:?}"
     );
-    Ok(())
+    Ok(seen)
+}
+
+/// What a decision did, for the coverage check.
+fn labels(decision: &Decision) -> Vec<String> {
+    let action = match &decision.action {
+        Action::DeletePod { tier, .. } => format!("delete {tier:?}"),
+        Action::Switchover { kind, .. } => format!("switchover {kind:?}"),
+        Action::Demote { .. } => "demote".into(),
+        Action::RestartInPlace { .. } => "restart in place".into(),
+        Action::Wait { reason, .. } => format!("wait {reason:?}"),
+        Action::Pause { reason, .. } => format!("pause {reason:?}"),
+        Action::Done => "done".into(),
+        Action::Idle => "idle".into(),
+    };
+    let mut labels = vec![action];
+    labels.extend(
+        decision
+            .events
+            .iter()
+            .map(|e| format!("event {}", e.reason.as_str())),
+    );
+    labels
 }
 
 /// Waits measured from a recorded start may be reported with a clock that jumped back; their
@@ -1171,4 +1196,59 @@ proptest! {
     fn random_rolls_under_random_faults_keep_the_invariants_and_finish(s in scenario()) {
         run(s)?;
     }
+}
+
+/// Guards against a vacuous simulation: a fixed batch of generated scenarios reaches every
+/// action, every wait and pause reason the simulator can provoke, and every Event.
+#[test]
+fn the_simulation_reaches_every_branch() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let mut seen = BTreeSet::new();
+    let mut runs = 0;
+    for _ in 0..400 {
+        let s = scenario()
+            .new_tree(&mut runner)
+            .expect("generates")
+            .current();
+        seen.extend(run(s).expect("invariants hold"));
+        runs += 1;
+    }
+    let expected = [
+        "delete Data",
+        "delete Sentinel",
+        "switchover Promote",
+        "switchover SentinelFailover",
+        "demote",
+        "restart in place",
+        "wait PodTerminating",
+        "wait PodRecreation",
+        "wait PodSync",
+        "wait MasterUnknown",
+        "wait SwitchoverSettling",
+        "wait MultipleMasters",
+        "wait SentinelQuorum",
+        "pause SyncTimeoutExpired",
+        "pause SwitchoverFailed",
+        "pause PodTerminationStalled",
+        "pause PodRecreationStalled",
+        "pause MultipleMastersUnresolved",
+        "pause SidecarUpdateDeferred",
+        "done",
+        "idle",
+        "event RollingUpdateComplete",
+        "event SentinelUpdateComplete",
+        "event SplitBrainDetected",
+    ];
+    let missing: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|label| !seen.contains(*label))
+        .collect();
+    println!("{runs} scenarios reached: {seen:?}");
+    assert!(
+        missing.is_empty(),
+        "never reached: {missing:?}; reached: {seen:?}"
+    );
 }

@@ -1,0 +1,556 @@
+//! Rolling updates (vko-roll driven by the operator) under a writer that counts every OK reply as
+//! acknowledged (plain `SET`, no `WAIT`): a pod-template change (resources) replaces every pod,
+//! one at a time per tier (watched), the data tier before the Sentinel tier, the master by a
+//! lossless switchover; afterwards exactly one master holds every acknowledged write and the
+//! `Valkey` got no Warning Event.
+//!
+//! `bench_roll` (ignored; `cargo xtask bench roll` runs it) repeats rolls and prints the total
+//! roll time and the writer's gap at each master switchover.
+//!
+//! The tests run one at a time (a lock): they measure on a 2-core machine.
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+#[path = "ha_support.rs"]
+mod ha_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ha_support::{
+    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, info, info_field, missing_keys,
+    role_master_pod, sentinel_master_host,
+};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use operator_support::{install_crd, operator, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The shape of one cluster under test.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    replicas: u32,
+    sentinel: bool,
+    persistence: bool,
+}
+
+impl Shape {
+    fn yaml(&self, name: &str) -> String {
+        let mut spec = format!("replicas: {}, image: valkey/valkey:8.0", self.replicas);
+        if self.sentinel {
+            spec.push_str(", sentinel: {enabled: true, replicas: 3}");
+        }
+        if self.persistence {
+            spec.push_str(", persistence: {enabled: true, mode: aof}");
+        }
+        format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\nspec: {{{spec}}}\n"
+        )
+    }
+
+    fn follow(&self) -> Follow {
+        if self.sentinel {
+            Follow::Sentinel
+        } else {
+            Follow::RoleMaster
+        }
+    }
+}
+
+/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
+async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() >= deadline => {
+                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn data_pods(pods: &Pods, name: &str) -> Vec<String> {
+    pods.names_with_prefix(&format!("{name}-"))
+}
+
+fn sentinel_pods(pods: &Pods, name: &str) -> Vec<String> {
+    pods.names_with_prefix(&format!("{name}-sentinel-"))
+}
+
+/// The pod the writer would write to now.
+async fn master_pod(pods: &Pods, name: &str, shape: Shape) -> anyhow::Result<String> {
+    match shape.follow() {
+        Follow::Sentinel => Ok(sentinel_master_host(pods, name)
+            .await?
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_owned()),
+        Follow::RoleMaster => role_master_pod(pods, name).await,
+    }
+}
+
+/// Data pods answering `ROLE` with `master`.
+async fn masters(pods: &Pods, name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for pod in data_pods(pods, name) {
+        let Some(ip) = pods.ip(&pod) else { continue };
+        if let Ok(reply) = call(&ip, VALKEY_PORT, &["ROLE"]).await
+            && reply.items().first().and_then(Reply::text) == Some("master")
+        {
+            found.push(pod);
+        }
+    }
+    found
+}
+
+fn is_settled(valkey: &Valkey, replicas: u32) -> bool {
+    valkey.status.as_ref().is_some_and(|s| {
+        s.phase == Some(Phase::Ok)
+            && s.ready_replicas == Some(i32::try_from(replicas).unwrap_or(0))
+            && s.rolling_update.is_none()
+    })
+}
+
+/// Waits until the cluster is OK and the master has every replica online.
+async fn settled(client: &kube::Client, ns: &str, name: &str, shape: Shape) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(
+        &valkeys,
+        name,
+        "OK with every pod ready and no roll in flight",
+        Duration::from_secs(300),
+        |v| is_settled(v, shape.replicas),
+    )
+    .await?;
+    eventually(
+        Duration::from_secs(120),
+        "the master with every replica online",
+        || async {
+            let pods = Pods::list(client, ns).await?;
+            let master = master_pod(&pods, name, shape).await?;
+            let ip = pods.ip(&master).unwrap_or_default();
+            let replication = info(&ip, "replication").await?;
+            let want = (shape.replicas - 1).to_string();
+            anyhow::ensure!(
+                info_field(&replication, "role") == Some("master")
+                    && info_field(&replication, "connected_slaves") == Some(want.as_str()),
+                "{master}: {replication}"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// The most pods of one tier that were terminating at the same time, per tier, while watched.
+#[derive(Debug, Default, Clone)]
+struct Concurrency {
+    data: usize,
+    sentinel: usize,
+}
+
+/// Watches the namespace's pods and records how many of each tier terminate at once.
+fn watch_terminations(
+    client: kube::Client,
+    ns: String,
+    name: String,
+) -> (
+    Arc<std::sync::Mutex<Concurrency>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = Arc::new(std::sync::Mutex::new(Concurrency::default()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(client, &ns);
+        let mut terminating: BTreeMap<String, bool> = BTreeMap::new();
+        let sentinel_prefix = format!("{name}-sentinel-");
+        let data_prefix = format!("{name}-");
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    terminating.insert(pod.name_any(), pod.metadata.deletion_timestamp.is_some());
+                }
+                watcher::Event::Delete(pod) => {
+                    terminating.remove(&pod.name_any());
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+            let count = |sentinel: bool| {
+                terminating
+                    .iter()
+                    .filter(|(pod, t)| {
+                        **t && if sentinel {
+                            pod.starts_with(&sentinel_prefix)
+                        } else {
+                            pod.strip_prefix(&data_prefix)
+                                .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+                        }
+                    })
+                    .count()
+            };
+            let (data, sentinel) = (count(false), count(true));
+            if let Ok(mut seen) = record.lock() {
+                seen.data = seen.data.max(data);
+                seen.sentinel = seen.sentinel.max(sentinel);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// What one roll measured.
+#[derive(Debug)]
+struct RollResult {
+    total: Duration,
+    log: WriteLog,
+    lost: usize,
+    concurrency: Concurrency,
+    masters_after: Vec<String>,
+}
+
+/// Pod name → (uid, creation time).
+type PodIdentity = BTreeMap<String, (String, i64)>;
+
+fn identities(pods: &Pods, names: &[String]) -> PodIdentity {
+    names
+        .iter()
+        .filter_map(|n| {
+            let pod = pods.by_name.get(n)?;
+            Some((
+                n.clone(),
+                (
+                    pod.metadata.uid.clone().unwrap_or_default(),
+                    pod.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.as_millisecond())
+                        .unwrap_or(0),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// Changes the pod templates (`cpu` request) of both tiers and waits until every pod is replaced
+/// and the cluster is settled again, under a writer.
+async fn roll_once(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    shape: Shape,
+    cpu_millis: u32,
+    prefix: &str,
+) -> anyhow::Result<(RollResult, PodIdentity, PodIdentity)> {
+    let before = Pods::list(client, ns).await?;
+    let data_before = identities(&before, &data_pods(&before, name));
+    let sentinel_before = identities(&before, &sentinel_pods(&before, name));
+    let (concurrency, watch) = watch_terminations(client.clone(), ns.to_owned(), name.to_owned());
+    let writer = Writer::start_following(
+        client.clone(),
+        ns.to_owned(),
+        name.to_owned(),
+        prefix.to_owned(),
+        None,
+        shape.follow(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked().await < 300 {
+        anyhow::ensure!(Instant::now() < deadline, "the writer made no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let resources = serde_json::json!({"requests": {"cpu": format!("{cpu_millis}m")}});
+    let mut spec = serde_json::json!({"resources": resources});
+    if shape.sentinel {
+        spec["sentinel"] = serde_json::json!({"resources": resources});
+    }
+    let started = Instant::now();
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await?;
+    let expected: Vec<String> = data_before
+        .keys()
+        .chain(sentinel_before.keys())
+        .cloned()
+        .collect();
+    let replaced = eventually(
+        Duration::from_secs(900),
+        "every pod replaced and the cluster settled",
+        || async {
+            let pods = Pods::list(client, ns).await?;
+            for pod in &expected {
+                let now = pods.by_name.get(pod).and_then(|p| p.metadata.uid.clone());
+                let old = data_before
+                    .get(pod)
+                    .or_else(|| sentinel_before.get(pod))
+                    .map(|(uid, _)| uid.clone());
+                anyhow::ensure!(now.is_some() && now != old, "{pod} not replaced yet");
+            }
+            let valkey = valkeys.get(name).await?;
+            anyhow::ensure!(
+                is_settled(&valkey, shape.replicas),
+                "status {:?}",
+                valkey.status.as_ref().map(|s| (&s.phase, &s.message))
+            );
+            Ok(pods)
+        },
+    )
+    .await;
+    let total = started.elapsed();
+    if let Err(error) = &replaced {
+        let log = writer.stop().await;
+        watch.abort();
+        anyhow::bail!("{error:#}; writer acked {}", log.acked.len());
+    }
+    settled(client, ns, name, shape).await?;
+    // A little more writing on the settled cluster, then the check.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = writer.stop().await;
+    watch.abort();
+    let concurrency = concurrency.lock().map(|c| c.clone()).unwrap_or_default();
+    let pods = Pods::list(client, ns).await?;
+    let masters_after = masters(&pods, name).await;
+    let master = master_pod(&pods, name, shape).await?;
+    let ip = pods.ip(&master).unwrap_or_default();
+    let lost = missing_keys(&ip, &log.acked).await?.len();
+    let data_after = identities(&pods, &data_pods(&pods, name));
+    let sentinel_after = identities(&pods, &sentinel_pods(&pods, name));
+    Ok((
+        RollResult {
+            total,
+            log,
+            lost,
+            concurrency,
+            masters_after,
+        },
+        data_after,
+        sentinel_after,
+    ))
+}
+
+/// Warning Events about the `Valkey` itself.
+async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Valkey"))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// One roll of `shape` in its own namespace, with every assertion of the issue.
+async fn roll_case(prefix: &str, shape: Shape) {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, prefix).await.unwrap();
+    let ns = namespace.name().to_owned();
+    let name = "roll";
+    apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+
+    let (result, data_after, sentinel_after) = roll_once(&client, &ns, name, shape, 17, prefix)
+        .await
+        .unwrap();
+    let warnings = valkey_warnings(&client, &ns).await.unwrap();
+    let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
+    println!(
+        "MEASURED {prefix}: roll_ms={} acked={} lost={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} max_terminating data={} sentinel={} masters_after={:?}",
+        ms(result.total),
+        result.log.acked.len(),
+        result.lost,
+        result.log.error_count,
+        ms(result.log.longest_gap()),
+        result.concurrency.data,
+        result.concurrency.sentinel,
+        result.masters_after,
+    );
+    assert_eq!(result.lost, 0, "acknowledged writes lost");
+    assert_eq!(result.masters_after.len(), 1, "masters after the roll");
+    assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
+    assert!(
+        result.concurrency.data <= 1 && result.concurrency.sentinel <= 1,
+        "two pods of a tier terminating at once: {:?}",
+        result.concurrency
+    );
+    if shape.sentinel {
+        let last_data = data_after.values().map(|(_, t)| *t).max().unwrap();
+        let first_sentinel = sentinel_after.values().map(|(_, t)| *t).min().unwrap();
+        assert!(
+            first_sentinel >= last_data,
+            "a Sentinel pod was replaced before the last data pod ({first_sentinel} < {last_data})"
+        );
+    }
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_data_three_sentinels_roll_without_losing_a_write() {
+    roll_case(
+        "roll-ha",
+        Shape {
+            replicas: 3,
+            sentinel: true,
+            persistence: false,
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_without_sentinel_roll_without_losing_a_write() {
+    roll_case(
+        "roll-r3",
+        Shape {
+            replicas: 3,
+            sentinel: false,
+            persistence: false,
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_without_sentinel_roll_without_losing_a_write() {
+    roll_case(
+        "roll-r2",
+        Shape {
+            replicas: 2,
+            sentinel: false,
+            persistence: false,
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_data_three_sentinels_roll_without_losing_a_write() {
+    roll_case(
+        "roll-s1",
+        Shape {
+            replicas: 1,
+            sentinel: true,
+            persistence: true,
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_with_persistence_rolls_without_losing_a_write() {
+    roll_case(
+        "roll-one",
+        Shape {
+            replicas: 1,
+            sentinel: false,
+            persistence: true,
+        },
+    )
+    .await;
+}
+
+/// `cargo xtask bench roll`: `VKO_BENCH_ROLLS` rolls (default 5) of 3+3 and of 3 without
+/// Sentinel, each printing a `BENCH` line the xtask aggregates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run by `cargo xtask bench roll`"]
+async fn bench_roll() {
+    let rolls: u32 = std::env::var("VKO_BENCH_ROLLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    for (label, shape) in [
+        (
+            "3+3",
+            Shape {
+                replicas: 3,
+                sentinel: true,
+                persistence: false,
+            },
+        ),
+        (
+            "3-no-sentinel",
+            Shape {
+                replicas: 3,
+                sentinel: false,
+                persistence: false,
+            },
+        ),
+    ] {
+        let namespace = TestNamespace::create(&client, "roll-bench").await.unwrap();
+        let ns = namespace.name().to_owned();
+        let name = "bench";
+        apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
+        settled(&client, &ns, name, shape).await.unwrap();
+        for roll in 0..rolls {
+            let (result, _, _) = roll_once(
+                &client,
+                &ns,
+                name,
+                shape,
+                20 + roll,
+                &format!("bench{roll}"),
+            )
+            .await
+            .unwrap();
+            let gaps: Vec<String> = result
+                .log
+                .switchover_gaps()
+                .into_iter()
+                .map(|g| ms(g).to_string())
+                .collect();
+            println!(
+                "BENCH topology={label} roll={roll} roll_ms={} acked={} lost={} gaps_ms={}",
+                ms(result.total),
+                result.log.acked.len(),
+                result.lost,
+                gaps.join(",")
+            );
+            assert_eq!(result.lost, 0, "acknowledged writes lost");
+        }
+        namespace.cleanup().await.unwrap();
+    }
+}
