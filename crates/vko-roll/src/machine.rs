@@ -740,9 +740,13 @@ impl<'a> Pass<'a> {
             .map(|d| d.at);
         let started = match (deleted_at, self.state.wait) {
             (Some(at), _) => at,
-            (None, Some(WaitRecord { reason, since })) if reason == WaitReason::PodRecreation => {
-                since
-            }
+            (
+                None,
+                Some(WaitRecord {
+                    reason: WaitReason::PodRecreation,
+                    since,
+                }),
+            ) => since,
             (None, _) => self.now,
         };
         let deadline = started.plus(RECREATION_STALL_MS);

@@ -1,5 +1,7 @@
 //! One test per branch of `vko_roll::next`: build a world, call `next`, assert the decision.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;

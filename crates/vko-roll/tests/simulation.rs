@@ -12,6 +12,8 @@
 //!
 //! The recorded state goes through serde_json on every step, as it does through the CR status.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

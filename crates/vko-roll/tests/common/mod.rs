@@ -1,5 +1,5 @@
 //! World builders shared by the decision tests and the simulation.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use vko_roll::{
     ConnectedReplica, DataPod, DataTier, MasterInfo, Millis, ReplicaInfo, SentinelPod,
