@@ -1,0 +1,271 @@
+//! The optional objects follow the spec: turned on, the operator creates the observer Deployment,
+//! the PodDisruptionBudget, the NetworkPolicies, the Sentinel tier, the metrics Service and (with the
+//! Prometheus-Operator's and cert-manager's CRDs installed) the ServiceMonitor and the Certificate;
+//! turned off while the Valkey stays, it deletes the watched ones itself (owner-reference garbage
+//! collection cannot: the owner still exists).
+//!
+//! The operator runs with the chart's RBAC only (`operator_support`), so this also proves the chart
+//! grants what these paths need, and it is what puts those writes into the audit log for
+//! `rbac_least_privilege`. cert-manager and the Prometheus-Operator are not installed, only stand-in
+//! CRDs of their kinds (the operator only writes those objects; nothing acts on them here).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::{Resource, ResourceExt};
+use operator_support::{install_crd, operator};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Stand-ins for the CRDs of cert-manager's Certificate and the Prometheus-Operator's
+/// ServiceMonitor: the right group, version, kind and scope, any content.
+const FOREIGN_CRDS: [(&str, &str, &str, &str); 2] = [
+    ("cert-manager.io", "v1", "Certificate", "certificates"),
+    (
+        "monitoring.coreos.com",
+        "v1",
+        "ServiceMonitor",
+        "servicemonitors",
+    ),
+];
+
+fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+         metadata: {{name: {plural}.{group}}}\n\
+         spec:\n  group: {group}\n  scope: Namespaced\n\
+         \x20 names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n\
+         \x20 versions:\n  - name: {version}\n    served: true\n    storage: true\n\
+         \x20   schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n",
+        singular = kind.to_lowercase()
+    )
+}
+
+async fn install_foreign_crds(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (group, version, kind, plural) in FOREIGN_CRDS {
+        apply_yaml(
+            client,
+            "default",
+            &stand_in_crd(group, version, kind, plural),
+        )
+        .await
+        .unwrap();
+        let name = format!("{plural}.{group}");
+        wait_until(
+            &format!("CRD {name} to be Established"),
+            Duration::from_secs(60),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get(&name).await?;
+                    let established = crd
+                        .status
+                        .and_then(|status| status.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    Ok(established.then_some(()))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Names of the `K`s in the namespace (minus what Kubernetes puts into every namespace).
+async fn names<K>(client: &kube::Client, namespace: &str) -> BTreeSet<String>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|name| name != "default" && name != "kube-root-ca.crt")
+        .collect()
+}
+
+fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<DynamicObject> {
+    let (group, version, kind, plural) = FOREIGN_CRDS[index];
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// Waits until the operator has created an object of the foreign kind `index` in the namespace;
+/// returns its name.
+async fn wait_for_foreign(client: &kube::Client, namespace: &str, index: usize) -> String {
+    let api = foreign_api(client, namespace, index);
+    wait_until(
+        &format!("a {} in {namespace}", FOREIGN_CRDS[index].2),
+        TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                let list = api.list(&ListParams::default()).await?;
+                Ok(list.items.first().map(ResourceExt::name_any))
+            }
+        },
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    // Before the operator starts: it looks for these API groups once it leads.
+    install_foreign_crds(&client).await;
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-optional").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    // cert-manager TLS: the operator applies the Certificate (the data StatefulSet then waits for
+    // the Secret cert-manager would issue).
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: tls}\n\
+         spec: {replicas: 1, image: valkey/valkey:8.0,\n\
+         \x20 tls: {enabled: true, certManager: {issuer: {kind: ClusterIssuer, name: testbed-ca}}}}\n",
+    )
+    .await
+    .unwrap();
+    let all_on = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: opt}\n\
+         spec:\n  replicas: 2\n  image: valkey/valkey:8.0\n\
+         \x20 sentinel: {enabled: true, replicas: 1}\n\
+         \x20 observer: {enabled: true}\n\
+         \x20 podDisruptionBudget: {enabled: true}\n\
+         \x20 networkPolicy: {enabled: true}\n\
+         \x20 metrics: {enabled: true, service: {enabled: true}, serviceMonitor: {enabled: true}}\n";
+    apply_yaml(&client, &ns, all_on).await.unwrap();
+
+    let certificate = wait_for_foreign(&client, &ns, 0).await;
+    let service_monitor = wait_for_foreign(&client, &ns, 1).await;
+    eprintln!("certificate {certificate}, service monitor {service_monitor}");
+
+    // Everything "opt" wants, with the Sentinel tier's StatefulSet next to the data one.
+    let on = wait_until("opt's optional objects", TIMEOUT, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let snapshot = (
+                names::<Deployment>(&client, &ns).await,
+                names::<PodDisruptionBudget>(&client, &ns).await,
+                names::<NetworkPolicy>(&client, &ns).await,
+                names::<StatefulSet>(&client, &ns).await,
+            );
+            let complete = !snapshot.0.is_empty()
+                && !snapshot.1.is_empty()
+                && !snapshot.2.is_empty()
+                && snapshot
+                    .3
+                    .iter()
+                    .filter(|name| name.starts_with("opt"))
+                    .count()
+                    == 2;
+            Ok(complete.then_some(snapshot))
+        }
+    })
+    .await
+    .unwrap();
+    let services_on = names::<Service>(&client, &ns).await;
+    let config_maps_on = names::<ConfigMap>(&client, &ns).await;
+    let service_accounts_on = names::<ServiceAccount>(&client, &ns).await;
+    eprintln!(
+        "on: deployments {:?}, budgets {:?}, network policies {:?}, statefulsets {:?}, services {services_on:?}, \
+         config maps {config_maps_on:?}, service accounts {service_accounts_on:?}",
+        on.0, on.1, on.2, on.3
+    );
+
+    // Everything optional off; "opt" itself stays, so only the operator can remove its children.
+    let all_off = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: opt}\n\
+         spec: {replicas: 2, image: valkey/valkey:8.0}\n";
+    // The same field manager applies without the optional fields: the API server drops them.
+    apply_yaml(&client, &ns, all_off).await.unwrap();
+
+    let off = wait_until("opt's optional objects to be deleted", TIMEOUT, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let snapshot = (
+                names::<Deployment>(&client, &ns).await,
+                names::<PodDisruptionBudget>(&client, &ns).await,
+                names::<NetworkPolicy>(&client, &ns).await,
+                names::<StatefulSet>(&client, &ns).await,
+            );
+            let gone = snapshot.0.is_empty()
+                && snapshot.1.is_empty()
+                && snapshot.2.is_empty()
+                && snapshot
+                    .3
+                    .iter()
+                    .filter(|name| name.starts_with("opt"))
+                    .count()
+                    == 1;
+            Ok(gone.then_some(snapshot))
+        }
+    })
+    .await
+    .unwrap();
+    let services_off = names::<Service>(&client, &ns).await;
+    let config_maps_off = names::<ConfigMap>(&client, &ns).await;
+    let service_accounts_off = names::<ServiceAccount>(&client, &ns).await;
+    eprintln!(
+        "off: statefulsets {:?}, services {services_off:?}, config maps {config_maps_off:?}, \
+         service accounts {service_accounts_off:?}",
+        off.3
+    );
+    // The Sentinel tier's Service and config, the metrics Service and the observer's ServiceAccount
+    // went with their settings; nothing new appeared.
+    assert!(
+        services_off.is_subset(&services_on) && services_off.len() < services_on.len(),
+        "services {services_on:?} -> {services_off:?}"
+    );
+    assert!(
+        config_maps_off.is_subset(&config_maps_on) && config_maps_off.len() < config_maps_on.len(),
+        "config maps {config_maps_on:?} -> {config_maps_off:?}"
+    );
+    assert!(
+        service_accounts_off.is_subset(&service_accounts_on)
+            && service_accounts_off.len() < service_accounts_on.len(),
+        "service accounts {service_accounts_on:?} -> {service_accounts_off:?}"
+    );
+    assert!(off.3.is_subset(&on.3));
+
+    namespace.cleanup().await.unwrap();
+    // Leave no stand-in CRDs for later tests (the operator of another test binary would see them).
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (group, _, _, plural) in FOREIGN_CRDS {
+        let _ = crds
+            .delete(&format!("{plural}.{group}"), &DeleteParams::background())
+            .await;
+    }
+}
