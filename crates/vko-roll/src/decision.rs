@@ -100,7 +100,9 @@ pub struct SwitchoverRecord {
 #[serde(rename_all = "camelCase")]
 pub enum WaitReason {
     /// A pod of the rolling tier is terminating; no other pod of the tier is deleted meanwhile.
-    /// Deadline: its grace deadline + 2 min, then `PodTerminationStalled`.
+    /// Deadline: its grace deadline + 2 min, then `PodTerminationStalled`. Also used right after
+    /// a delete the observed world does not show yet: deadline
+    /// [`crate::DELETE_OBSERVED_MS`] after the delete, then the delete is issued again.
     PodTerminating,
     /// A pod of the tier does not exist (deleted, not recreated yet). Deadline: 2 min after the
     /// deletion (or after the wait began), then `PodRecreationStalled`.

@@ -24,6 +24,9 @@ use vko_api::{ConditionReason, ConditionType};
 
 /// How long past its grace deadline a terminating pod may take before `PodTerminationStalled`.
 pub const TERMINATION_STALL_MS: u64 = 2 * 60 * 1000;
+/// How long after issuing a delete the machine waits to see the pod terminating (or replaced)
+/// before it concludes the delete did not happen and may issue it again.
+pub const DELETE_OBSERVED_MS: u64 = 30 * 1000;
 /// How long a deleted pod may stay missing before `PodRecreationStalled`.
 pub const RECREATION_STALL_MS: u64 = 2 * 60 * 1000;
 /// How long several masters count as a transition (`MultipleMastersTransitional`) before they

@@ -8,8 +8,8 @@ use crate::decision::{
 };
 use crate::world::{DataPod, MasterInfo, Millis, ReplicaInfo, Server, Terminating, Tier, World};
 use crate::{
-    CATCH_UP_LAG_BYTES, MAX_SWITCHOVER_ATTEMPTS, MULTIPLE_MASTERS_BOUND_MS, RECREATION_STALL_MS,
-    SWITCHOVER_SETTLE_MS, TERMINATION_STALL_MS,
+    CATCH_UP_LAG_BYTES, DELETE_OBSERVED_MS, MAX_SWITCHOVER_ATTEMPTS, MULTIPLE_MASTERS_BOUND_MS,
+    RECREATION_STALL_MS, SWITCHOVER_SETTLE_MS, TERMINATION_STALL_MS,
 };
 
 /// Decides the next single step of the rolling update from what was observed (`observed`), what
@@ -663,6 +663,9 @@ impl<'a> Pass<'a> {
 
     /// Never delete a pod of a tier while another is on its way out.
     fn tier_terminating(&mut self, tier: Tier) -> Option<Decision> {
+        if let Some(decision) = self.deletion_unobserved(tier) {
+            return Some(decision);
+        }
         let terminating: Vec<(String, Terminating)> = match tier {
             Tier::Data => self
                 .world
@@ -708,6 +711,46 @@ impl<'a> Pass<'a> {
             format!(
                 "{name} has been terminating for {past}s past its grace deadline; the roll holds (check its node, finalizers, and whether it ignores SIGTERM)"
             ),
+        ))
+    }
+
+    /// The pod deleted last still shows its old template and no deletion: the operator's view
+    /// lags behind its own delete (a stale cache), or the delete failed. Acting on that view could
+    /// delete a second pod, so wait a little; then forget the delete, and the pod, still outdated,
+    /// is deleted again (deleting is idempotent).
+    fn deletion_unobserved(&mut self, tier: Tier) -> Option<Decision> {
+        let world = self.world;
+        let deleted = self.state.last_deleted.clone().filter(|d| d.tier == tier)?;
+        let (name, still_old) = match tier {
+            Tier::Data => {
+                let pod = world.data_pod(deleted.ordinal)?;
+                (
+                    pod.name.clone(),
+                    pod.terminating.is_none() && pod.template_hash != world.data.target_hash,
+                )
+            }
+            Tier::Sentinel => {
+                let sentinel = world.sentinel.as_ref()?;
+                let pod = world.sentinel_pod(deleted.ordinal)?;
+                (
+                    pod.name.clone(),
+                    pod.terminating.is_none() && pod.template_hash != sentinel.target_hash,
+                )
+            }
+        };
+        if !still_old {
+            return None;
+        }
+        let deadline = deleted.at.plus(DELETE_OBSERVED_MS);
+        if self.now >= deadline {
+            self.state.last_deleted = None;
+            return None;
+        }
+        Some(self.wait_until(
+            WaitReason::PodTerminating,
+            Some(name.clone()),
+            deadline,
+            format!("waiting to see the deletion of {name}"),
         ))
     }
 

@@ -1155,3 +1155,58 @@ fn every_wait_reason_ends_in_a_named_condition() {
         assert_eq!(exit.clears_state(), clears, "{wait:?}");
     }
 }
+
+#[test]
+fn a_delete_the_observed_world_does_not_show_yet_is_waited_for_then_issued_again() {
+    // A stale view right after deleting vk-2: it still shows the old pod, not terminating.
+    let mut world = cluster(3, 0);
+    outdate(&mut world, &[0, 1, 2]);
+    let state = data_roll_after_delete(2, T0);
+    let decision = next(&world, &state, T0.plus(500));
+    assert_eq!(
+        wait(&decision),
+        Some((
+            WaitReason::PodTerminating,
+            Some("vk-2".into()),
+            T0.plus(vko_roll::DELETE_OBSERVED_MS)
+        ))
+    );
+    // Never seen: the delete did not happen; it is issued again for the same pod.
+    let decision = next(
+        &world,
+        &decision.state,
+        T0.plus(vko_roll::DELETE_OBSERVED_MS),
+    );
+    assert_eq!(deleted(&decision), Some((Tier::Data, "vk-2".into())));
+    // Seen terminating: the ordinary terminating wait.
+    data_pod(&mut world, 2).terminating = terminating(T0);
+    let decision = next(&world, &state, T0.plus(500));
+    assert_eq!(
+        wait(&decision),
+        Some((
+            WaitReason::PodTerminating,
+            Some("vk-2".into()),
+            T0.plus(30_000 + vko_roll::TERMINATION_STALL_MS)
+        ))
+    );
+    // The same for a Sentinel pod.
+    let mut world = cluster(3, 3);
+    outdate_sentinels(&mut world, &[0, 1, 2]);
+    let state = RollState {
+        tier: Some(Tier::Sentinel),
+        data_target: Some(NEW.into()),
+        sentinel_target: Some(NEW.into()),
+        data_completed: true,
+        last_deleted: Some(DeletedPod {
+            tier: Tier::Sentinel,
+            ordinal: 2,
+            at: T0,
+        }),
+        ..RollState::default()
+    };
+    let decision = next(&world, &state, T0.plus(500));
+    assert_eq!(
+        wait(&decision).map(|w| (w.0, w.1)),
+        Some((WaitReason::PodTerminating, Some("vk-sentinel-2".into())))
+    );
+}

@@ -46,6 +46,8 @@ struct SimPod {
     created: u64,
     ready_at: u64,
     terminating: Option<(u64, u64)>, // (since, gone_at)
+    /// Deleted by the roll (not by a fault).
+    by_roll: bool,
     role: Role,
     /// The write batches this server holds, in order (its offset is `len * BATCH`).
     history: Vec<u64>,
@@ -69,6 +71,7 @@ struct SimSentinel {
     created: u64,
     ready_at: u64,
     terminating: Option<(u64, u64)>,
+    by_roll: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +92,9 @@ enum Fault {
     SentinelSpecChange,
     OperatorCrashBeforeRecord,
     SentinelDown,
+    /// The operator's next pass sees the world as it was one pass earlier (its watch cache lags
+    /// behind its own last action).
+    StaleObservation,
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -109,6 +115,7 @@ fn fault() -> impl Strategy<Value = Fault> {
         Just(Fault::SentinelSpecChange),
         Just(Fault::OperatorCrashBeforeRecord),
         Just(Fault::SentinelDown),
+        Just(Fault::StaleObservation),
     ]
 }
 
@@ -248,6 +255,7 @@ impl Sim {
                         created: START - 3_600_000,
                         ready_at: 0,
                         terminating: None,
+                        by_roll: false,
                         role,
                         history: history.clone(),
                         down_until: 0,
@@ -266,6 +274,7 @@ impl Sim {
                         created: START - 3_600_000,
                         ready_at: 0,
                         terminating: None,
+                        by_roll: false,
                     },
                 )
             })
@@ -392,6 +401,7 @@ impl Sim {
                     created: now,
                     ready_at,
                     terminating: None,
+                    by_roll: false,
                     role,
                     history,
                     down_until: 0,
@@ -416,6 +426,7 @@ impl Sim {
                     created: now,
                     ready_at,
                     terminating: None,
+                    by_roll: false,
                 },
             );
         }
@@ -616,7 +627,7 @@ impl Sim {
                     self.sentinel_target = format!("s{}", self.rng.between(3, 1_000_000));
                 }
             }
-            Fault::OperatorCrashBeforeRecord => {} // handled by the driver
+            Fault::OperatorCrashBeforeRecord | Fault::StaleObservation => {} // the driver
             Fault::SentinelDown => {
                 let all: Vec<u32> = self.sent.keys().copied().collect();
                 if let Some(o) = pick(self, &all) {
@@ -786,7 +797,13 @@ impl Sim {
 
     // ----- the executor, with the invariants ------------------------------------------------
 
-    fn execute(&mut self, decision: &Decision, world: &World) -> Result<(), TestCaseError> {
+    /// Applies `decision`, taken on `world` (the current one, or one pass old when `stale`).
+    fn execute(
+        &mut self,
+        decision: &Decision,
+        world: &World,
+        stale: bool,
+    ) -> Result<(), TestCaseError> {
         match &decision.action {
             Action::DeletePod {
                 tier: Tier::Data,
@@ -795,12 +812,27 @@ impl Sim {
             } => {
                 prop_assert_eq!(pod, &format!("vk-{ordinal}"));
                 prop_assert!(
-                    self.data.values().all(|p| p.terminating.is_none()),
-                    "deleted {pod} while a data pod is terminating"
+                    world.data.pods.iter().all(|p| p.terminating.is_none()),
+                    "deleted {pod} while the observed world shows a data pod terminating"
                 );
                 let target = self.data.get(ordinal);
                 prop_assert!(target.is_some(), "deleted missing {pod}");
                 let target = target.expect("checked");
+                if target.by_roll && target.terminating.is_some() {
+                    return Ok(()); // deleting the pod it already deleted: idempotent
+                }
+                prop_assert!(
+                    self.data
+                        .values()
+                        .all(|p| !(p.by_roll && p.terminating.is_some())),
+                    "deleted {pod} while a data pod the roll deleted is still terminating"
+                );
+                if !stale {
+                    prop_assert!(
+                        self.data.values().all(|p| p.terminating.is_none()),
+                        "deleted {pod} while a data pod is terminating"
+                    );
+                }
                 prop_assert!(!target.is_master(), "deleted {pod} while it is master");
                 prop_assert!(
                     *ordinal != self.authority,
@@ -822,17 +854,39 @@ impl Sim {
                     "deleted {pod} holding acknowledged writes the master lacks: {unique:?}"
                 );
                 let gone = self.terminate_after();
-                self.data.get_mut(ordinal).expect("exists").terminating = Some((self.now, gone));
+                let pod = self.data.get_mut(ordinal).expect("exists");
+                pod.terminating = Some((self.now, gone));
+                pod.by_roll = true;
             }
             Action::DeletePod {
                 tier: Tier::Sentinel,
                 ordinal,
                 pod,
             } => {
+                let already = self
+                    .sent
+                    .get(ordinal)
+                    .is_some_and(|p| p.by_roll && p.terminating.is_some());
+                if already {
+                    return Ok(()); // idempotent
+                }
+                let observed = world.sentinel.as_ref().expect("sentinel tier");
                 prop_assert!(
-                    self.sent.values().all(|p| p.terminating.is_none()),
-                    "deleted {pod} while a Sentinel pod is terminating"
+                    observed.pods.iter().all(|p| p.terminating.is_none()),
+                    "deleted {pod} while the observed world shows a Sentinel pod terminating"
                 );
+                prop_assert!(
+                    self.sent
+                        .values()
+                        .all(|p| !(p.by_roll && p.terminating.is_some())),
+                    "deleted {pod} while a Sentinel pod the roll deleted is still terminating"
+                );
+                if !stale {
+                    prop_assert!(
+                        self.sent.values().all(|p| p.terminating.is_none()),
+                        "deleted {pod} while a Sentinel pod is terminating"
+                    );
+                }
                 let now = self.now;
                 let ready_others = self
                     .sent
@@ -850,14 +904,18 @@ impl Sim {
                     } else {
                         self.sentinels - 1
                     };
-                    prop_assert!(
-                        ready_others >= floor,
-                        "deleted ready {pod} leaving {ready_others} ready (quorum {})",
-                        self.quorum
-                    );
+                    if !stale {
+                        prop_assert!(
+                            ready_others >= floor,
+                            "deleted ready {pod} leaving {ready_others} ready (quorum {})",
+                            self.quorum
+                        );
+                    }
                 }
                 let gone = self.terminate_after();
-                self.sent.get_mut(ordinal).expect("exists").terminating = Some((self.now, gone));
+                let pod = self.sent.get_mut(ordinal).expect("exists");
+                pod.terminating = Some((self.now, gone));
+                pod.by_roll = true;
             }
             Action::RestartInPlace {
                 ordinal,
@@ -870,7 +928,9 @@ impl Sim {
                 let holds = !pod.history.is_empty();
                 prop_assert_eq!(*loses_data, holds && !self.persistence);
                 let gone = self.terminate_after();
-                self.data.get_mut(ordinal).expect("exists").terminating = Some((self.now, gone));
+                let pod = self.data.get_mut(ordinal).expect("exists");
+                pod.terminating = Some((self.now, gone));
+                pod.by_roll = true;
             }
             Action::Switchover { from, to, kind, .. } => {
                 prop_assert_eq!(
@@ -878,11 +938,18 @@ impl Sim {
                     self.sentinels > 0
                 );
                 let old = &self.data[from];
+                let new = &self.data[to];
+                let still_valid = old.is_master()
+                    && *from == self.authority
+                    && matches!(new.role, Role::Replica(Some(m)) if m == *from)
+                    && new.terminating.is_none();
+                if stale && !still_valid {
+                    return Ok(()); // the executor's own checks refuse (old is not master)
+                }
                 prop_assert!(
                     old.is_master() && *from == self.authority,
                     "switchover from a non-master"
                 );
-                let new = &self.data[to];
                 prop_assert!(new.hash == self.data_target, "promoting an outdated pod");
                 prop_assert!(matches!(new.role, Role::Replica(Some(m)) if m == *from));
                 prop_assert!(
@@ -898,12 +965,13 @@ impl Sim {
                     .unwrap_or(0);
                 let lag_batches = (vko_roll::CATCH_UP_LAG_BYTES / BATCH) as usize;
                 prop_assert!(
-                    new.history.len() + lag_batches >= best,
+                    stale || new.history.len() + lag_batches >= best,
                     "promoting vk-{to} ({} batches) while a replica has {best}",
                     new.history.len()
                 );
-                prop_assert!(new.history.len() + lag_batches >= old.history.len());
-                let linked = world.data.pods.iter().any(|p| {
+                prop_assert!(stale || new.history.len() + lag_batches >= old.history.len());
+                // The executor catches `to` up exactly while writes are paused, or fails.
+                let linked = self.sim_world_now().data.pods.iter().any(|p| {
                     p.ordinal == *to
                         && matches!(&p.server, Server::Replica(r) if r.link_up && !r.syncing)
                 });
@@ -929,6 +997,9 @@ impl Sim {
             } => {
                 let loser = &self.data[ordinal];
                 let winner = &self.data[replica_of];
+                if stale && !(loser.is_master() && winner.is_master()) {
+                    return Ok(()); // resolved meanwhile; REPLICAOF on a replica changes no data
+                }
                 prop_assert!(loser.is_master() && winner.is_master());
                 let keep: BTreeSet<u64> = winner.history.iter().copied().collect();
                 let lost: Vec<u64> = loser
@@ -951,6 +1022,10 @@ impl Sim {
             Action::Wait { .. } | Action::Pause { .. } | Action::Done | Action::Idle => {}
         }
         Ok(())
+    }
+
+    fn sim_world_now(&self) -> World {
+        self.world()
     }
 
     fn converged(&self) -> bool {
@@ -988,12 +1063,21 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
     let mut recorded = RollState::default();
     // The last wait (reason, deadline) while nothing but waits happened.
     let mut open_wait: Option<(WaitReason, Option<Tier>, Millis)> = None;
-    let step = |sim: &mut Sim,
-                recorded: &mut RollState,
-                open_wait: &mut Option<(WaitReason, Option<Tier>, Millis)>,
-                forget: bool|
+    let mut previous_world: Option<World> = None;
+    let mut step = |sim: &mut Sim,
+                    recorded: &mut RollState,
+                    open_wait: &mut Option<(WaitReason, Option<Tier>, Millis)>,
+                    forget: bool,
+                    stale: bool|
      -> Result<Decision, TestCaseError> {
-        let world = sim.world();
+        let current = sim.world();
+        let stale = stale && previous_world.is_some();
+        let world = if stale {
+            previous_world.clone().expect("checked")
+        } else {
+            current.clone()
+        };
+        previous_world = Some(current);
         let now = sim.clock();
         let decision = next(&world, recorded, now);
         if let Action::Wait {
@@ -1040,7 +1124,7 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
                 "pause {reason:?} without its condition"
             );
         }
-        sim.execute(&decision, &world)?;
+        sim.execute(&decision, &world, stale)?;
         // The operator records the state on the CR; a crash before that loses this pass's state.
         if !forget {
             let json = serde_json::to_string(&decision.state).expect("serializes");
@@ -1051,11 +1135,15 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
         Ok(decision)
     };
 
+    let mut forgot_last = false;
     for (dt, fault) in &s.faults {
         let mut forget = false;
+        let mut stale = false;
         if let Some(fault) = fault {
             match fault {
                 Fault::OperatorCrashBeforeRecord => forget = true,
+                // A lost record and a stale view in a row defeat any guard: not simulated.
+                Fault::StaleObservation => stale = !forgot_last,
                 Fault::DataSpecChange | Fault::SentinelSpecChange => {
                     sim.apply_fault(*fault);
                     open_wait = None;
@@ -1068,7 +1156,8 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
             }
         }
         sim.advance(*dt);
-        let decision = step(&mut sim, &mut recorded, &mut open_wait, forget)?;
+        let decision = step(&mut sim, &mut recorded, &mut open_wait, forget, stale)?;
+        forgot_last = forget;
         seen.extend(labels(&decision));
         if forget {
             // The wait this pass started was never recorded: the next pass starts it anew.
@@ -1082,7 +1171,7 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
     for _ in 0..600 {
         let dt = sim.rng.between(2_000, 15_000);
         sim.advance(dt);
-        let decision = step(&mut sim, &mut recorded, &mut open_wait, false)?;
+        let decision = step(&mut sim, &mut recorded, &mut open_wait, false, false)?;
         seen.extend(labels(&decision));
         match &decision.action {
             Action::Done | Action::Idle if sim.converged() => {
@@ -1200,7 +1289,7 @@ proptest! {
     }
 }
 
-/// Guards against a vacuous simulation: a fixed batch of generated scenarios reaches every
+/// Guards against a vacuous simulation: a fixed batch of generated scenarios (plus targeted ones for rare branches) reaches every
 /// action, every wait and pause reason the simulator can provoke, and every Event.
 #[test]
 fn the_simulation_reaches_every_branch() {
@@ -1214,6 +1303,25 @@ fn the_simulation_reaches_every_branch() {
             .new_tree(&mut runner)
             .expect("generates")
             .current();
+        seen.extend(run(s).expect("invariants hold"));
+        runs += 1;
+    }
+    // Rare on their own: a half-done switchover followed by writes to the old master (an
+    // unresolvable split brain), for every topology that can switch over.
+    for (replicas, sentinels) in [(2, 0), (3, 0), (3, 3)] {
+        let mut faults = vec![(5_000, Some(Fault::SwitchoverHalfDone))];
+        faults.extend((0..60).map(|_| (5_000, Some(Fault::RogueWrite))));
+        let s = Scenario {
+            replicas,
+            sentinels,
+            persistence: false,
+            sync_timeout_ms: 300_000,
+            data_outdated: true,
+            sentinel_outdated: false,
+            sidecar_only: false,
+            faults,
+            seed: 7,
+        };
         seen.extend(run(s).expect("invariants hold"));
         runs += 1;
     }
