@@ -75,7 +75,8 @@ pub struct DataPod {
     pub ordinal: u32,
     /// The pod name, used verbatim in actions and messages.
     pub name: String,
-    /// `metadata.creationTimestamp`.
+    /// `metadata.creationTimestamp` (the API server's clock). Informational: decisions compare
+    /// template hashes, never this against the operator's clock.
     pub created_at: Millis,
     /// The pod-template hash the pod was created from (`controller-revision-hash`).
     pub template_hash: String,
