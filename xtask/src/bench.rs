@@ -25,11 +25,20 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         cycles: usize,
     },
+    /// Rolling updates under a writer, for 3 data + 3 Sentinel and 3 without Sentinel: total roll
+    /// time and the writer's gap at each master switchover. Uses the running testbed (starts one,
+    /// and stops it afterwards, only when none runs).
+    Roll {
+        /// Rolls per topology.
+        #[arg(long, default_value_t = 5)]
+        rolls: u32,
+    },
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Testbed { cold, cycles } => bench_testbed(cold, cycles.max(1)),
+        Bench::Roll { rolls } => bench_roll(rolls.max(1)),
     }
 }
 
@@ -121,4 +130,150 @@ fn cpu_count() -> usize {
     std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(1)
+}
+
+/// One `BENCH` line of the `bench_roll` e2e test.
+#[derive(Debug, Clone, PartialEq)]
+struct RollSample {
+    topology: String,
+    roll_ms: u64,
+    lost: u64,
+    acked: u64,
+    gaps_ms: Vec<u64>,
+}
+
+fn parse_bench_line(line: &str) -> Option<RollSample> {
+    let rest = line.strip_prefix("BENCH ")?;
+    let fields: std::collections::BTreeMap<&str, &str> = rest
+        .split_whitespace()
+        .filter_map(|field| field.split_once('='))
+        .collect();
+    Some(RollSample {
+        topology: fields.get("topology")?.to_string(),
+        roll_ms: fields.get("roll_ms")?.parse().ok()?,
+        lost: fields.get("lost")?.parse().ok()?,
+        acked: fields.get("acked")?.parse().ok()?,
+        gaps_ms: fields
+            .get("gaps_ms")
+            .map(|g| g.split(',').filter_map(|v| v.parse().ok()).collect())
+            .unwrap_or_default(),
+    })
+}
+
+/// The value at quantile `q` (nearest rank) of sorted `values`.
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn bench_roll(rolls: u32) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    paths::require_root()?;
+    let paths = Paths::from_env();
+    let root = testbed::repo_root();
+    testbed::cargo(&["build", "-p", "vko-operator", "-p", "vko-sidecar"])?;
+    let helm = crate::helm::build()?;
+    // Someone else's testbed is used and left running; one started here is stopped again.
+    let started_here = testbed::refuse_if_running(&paths).is_ok();
+    if started_here {
+        testbed::build_go_binaries()?;
+        let elapsed = testbed::start_built(&paths)?;
+        println!("testbed ready in {}", format_duration(elapsed));
+    }
+    let run = || -> anyhow::Result<Vec<RollSample>> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut child = std::process::Command::new(cargo)
+            .args([
+                "test",
+                "--package",
+                "vko-e2e",
+                "--features",
+                "e2e",
+                "--test",
+                "operator_roll",
+                "--",
+                "--ignored",
+                "--exact",
+                "bench_roll",
+                "--nocapture",
+            ])
+            .current_dir(&root)
+            .env("KUBECONFIG", paths.admin_kubeconfig())
+            .env(paths::BIN_DIR_ENV, paths::bin_dir())
+            .env(paths::STATE_DIR_ENV, paths.state_dir())
+            .env(vko_testbed::harness::HELM_BIN_ENV, &helm)
+            .env("VKO_BENCH_ROLLS", rolls.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("running the bench_roll end-to-end test")?;
+        let mut samples = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let line = line?;
+                println!("{line}");
+                if let Some(sample) = parse_bench_line(&line) {
+                    samples.push(sample);
+                }
+            }
+        }
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "the bench_roll test failed ({status})");
+        Ok(samples)
+    };
+    let result = run();
+    if started_here {
+        testbed::down()?;
+    }
+    let samples = result?;
+    println!();
+    println!(
+        "rolling-update benchmark ({rolls} rolls per topology, {} CPUs; gap = the writer's longest \
+         interval between consecutive OK replies across each master switchover)",
+        cpu_count()
+    );
+    for topology in ["3+3", "3-no-sentinel"] {
+        let of: Vec<&RollSample> = samples.iter().filter(|s| s.topology == topology).collect();
+        let mut totals: Vec<u64> = of.iter().map(|s| s.roll_ms).collect();
+        totals.sort_unstable();
+        let mut gaps: Vec<u64> = of.iter().flat_map(|s| s.gaps_ms.clone()).collect();
+        gaps.sort_unstable();
+        let lost: u64 = of.iter().map(|s| s.lost).sum();
+        let acked: u64 = of.iter().map(|s| s.acked).sum();
+        println!(
+            "  {topology:<14} rolls {:>2}  total roll p50 {:.1} s max {:.1} s  switchover gap ({} switchovers) p50 {} ms p99 {} ms max {} ms  lost {lost} of {acked} acknowledged",
+            of.len(),
+            quantile(&totals, 0.5) as f64 / 1000.0,
+            totals.last().copied().unwrap_or(0) as f64 / 1000.0,
+            gaps.len(),
+            quantile(&gaps, 0.5),
+            quantile(&gaps, 0.99),
+            gaps.last().copied().unwrap_or(0),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_lines_parse_and_quantiles_use_nearest_rank() {
+        let sample = parse_bench_line(
+            "BENCH topology=3+3 roll=0 roll_ms=51234 acked=1000 lost=0 gaps_ms=1307,20",
+        )
+        .unwrap();
+        assert_eq!(sample.topology, "3+3");
+        assert_eq!(sample.roll_ms, 51234);
+        assert_eq!(sample.gaps_ms, vec![1307, 20]);
+        assert_eq!(parse_bench_line("MEASURED x"), None);
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&values, 0.5), 50);
+        assert_eq!(quantile(&values, 0.99), 99);
+        assert_eq!(quantile(&[7], 0.99), 7);
+        assert_eq!(quantile(&[], 0.5), 0);
+    }
 }
