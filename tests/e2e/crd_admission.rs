@@ -3,20 +3,19 @@
 //! defaults, and `kubectl explain` prints our field docs.
 //!
 //! Needs `KUBECONFIG` (admin) and `VKO_TESTBED_BIN_DIR` (where `kubectl` is); `cargo xtask test`
-//! sets both. Only the API server is used, so a bare kube-apiserver + etcd is enough.
+//! sets both. Only the API server is used, plus the controller-manager that sets up the test's
+//! namespace (the harness's `TestNamespace` waits for it).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Client, Config};
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use vko_api::Valkey;
+use vko_testbed::harness::{TestNamespace, install_crd};
 
-const FIELD_MANAGER: &str = "vko-e2e-crd-admission";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,10 +31,10 @@ async fn crd_admission() -> anyhow::Result<()> {
         .await
         .context("connecting with KUBECONFIG")?;
 
-    install_crd(&client).await?;
-    let namespace = TestNamespace::create(&client).await?;
-    let result = run_all(&client, &namespace.name, &kubeconfig).await;
-    let cleanup = namespace.delete().await;
+    install_crd(&client, &vko_api::crd()).await?;
+    let namespace = TestNamespace::create(&client, "crd-admission").await?;
+    let result = run_all(&client, namespace.name(), &kubeconfig).await;
+    let cleanup = namespace.cleanup().await.map_err(anyhow::Error::from);
     result?;
     cleanup
 }
@@ -63,31 +62,6 @@ async fn run_all(client: &Client, namespace: &str, kubeconfig: &Path) -> anyhow:
         failures.join("\n- ")
     );
     Ok(())
-}
-
-/// Server-side applies `Valkey::crd()` and waits until it is Established.
-async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = vko_api::crd();
-    crds.patch(
-        vko_api::CRD_NAME,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    // kube's Display of transport errors can be empty; Debug names the cause.
-    .map_err(|error| anyhow::anyhow!("applying the Valkey CRD: {error:?}"))?;
-    poll("the Valkey CRD to be Established", || async {
-        let crd = crds.get(vko_api::CRD_NAME).await?;
-        let established = crd
-            .status
-            .and_then(|status| status.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        Ok(established)
-    })
-    .await
 }
 
 /// Right after Established the resource can still be briefly unknown to the handler chain.
@@ -591,71 +565,5 @@ where
             bail!("timed out waiting for {what}: last check {last:?}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// A namespace for this test only. Deleted by [`TestNamespace::delete`], or on drop (a panic)
-/// from a helper thread with its own client and runtime.
-struct TestNamespace {
-    name: String,
-    client: Client,
-    deleted: bool,
-}
-
-impl TestNamespace {
-    async fn create(client: &Client) -> anyhow::Result<TestNamespace> {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos();
-        let name = format!("vko-crd-admission-{}-{nanos:x}", std::process::id());
-        let namespace: Namespace = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": { "name": name, "labels": { "vko-e2e/test": "crd-admission" } },
-        }))?;
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
-        Ok(TestNamespace {
-            name,
-            client: client.clone(),
-            deleted: false,
-        })
-    }
-
-    async fn delete(mut self) -> anyhow::Result<()> {
-        self.deleted = true;
-        delete_namespace(self.client.clone(), &self.name).await
-    }
-}
-
-async fn delete_namespace(client: Client, name: &str) -> anyhow::Result<()> {
-    match Api::<Namespace>::all(client)
-        .delete(name, &DeleteParams::background())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error).with_context(|| format!("deleting namespace {name}")),
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        if self.deleted {
-            return;
-        }
-        let name = self.name.clone();
-        // The test's runtime may be unwinding; use a fresh one on a fresh thread.
-        let cleanup = std::thread::spawn(move || -> anyhow::Result<()> {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let client = Client::try_from(Config::infer().await?)?;
-                delete_namespace(client, &name).await
-            })
-        });
-        if let Ok(Err(error)) = cleanup.join() {
-            eprintln!("could not delete namespace {}: {error:#}", self.name);
-        }
     }
 }

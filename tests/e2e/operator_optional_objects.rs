@@ -23,8 +23,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
-use operator_support::{install_crd, operator};
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use operator_support::operator;
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, install_crd, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -53,36 +53,10 @@ fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String 
 }
 
 async fn install_foreign_crds(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (group, version, kind, plural) in FOREIGN_CRDS {
-        apply_yaml(
-            client,
-            "default",
-            &stand_in_crd(group, version, kind, plural),
-        )
-        .await
-        .unwrap();
-        let name = format!("{plural}.{group}");
-        wait_until(
-            &format!("CRD {name} to be Established"),
-            Duration::from_secs(60),
-            || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await?;
-                    let established = crd
-                        .status
-                        .and_then(|status| status.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    Ok(established.then_some(()))
-                }
-            },
-        )
-        .await
-        .unwrap();
+        let crd: CustomResourceDefinition =
+            serde_norway::from_str(&stand_in_crd(group, version, kind, plural)).unwrap();
+        install_crd(client, &crd).await.unwrap();
     }
 }
 
@@ -140,7 +114,7 @@ async fn wait_for_foreign(client: &kube::Client, namespace: &str, index: usize) 
 async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
-    install_crd(&client).await.unwrap();
+    operator_support::install_crd(&client).await.unwrap();
     // Before the operator starts: it looks for these API groups once it leads.
     install_foreign_crds(&client).await;
     let _operator = operator().await.unwrap();

@@ -17,42 +17,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
 use vko_testbed::harness::{Testbed, install_operator_rbac, wait_until};
 use vko_testbed::paths::Paths;
 
-/// Installs (server-side applies) the CRD and waits until it is Established.
+/// Installs (server-side applies) the Valkey CRD and waits until it is Established.
 pub async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        vko_api::CRD_NAME,
-        &PatchParams::apply("vko-e2e").force(),
-        &Patch::Apply(&vko_api::crd()),
-    )
-    .await
-    .context("applying the Valkey CRD")?;
-    wait_until(
-        "the Valkey CRD to be Established",
-        Duration::from_secs(60),
-        || {
-            let crds = crds.clone();
-            async move {
-                let crd = crds.get(vko_api::CRD_NAME).await?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established.then_some(()))
-            }
-        },
-    )
-    .await?;
-    Ok(())
+    vko_testbed::harness::install_crd(client, &vko_api::crd())
+        .await
+        .context("installing the Valkey CRD")
 }
 
 /// The Helm chart whose RBAC the operator under test runs with.

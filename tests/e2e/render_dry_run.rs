@@ -4,24 +4,21 @@
 //! server-side applied with `dryRun=All`. Kinds whose CRDs are not installed (cert-manager's
 //! Certificate, the Prometheus-Operator's ServiceMonitor) are skipped, and the test says so.
 //!
-//! Needs `KUBECONFIG` (admin); only the API server is used, so a bare kube-apiserver + etcd is
-//! enough (`cargo xtask test` provides a full testbed).
+//! Needs `KUBECONFIG` (admin); only the API server is used, plus the controller-manager that sets
+//! up the test's namespace (`cargo xtask test` provides a full testbed).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::discovery::Scope;
 use kube::{Client, Discovery};
 use serde_json::{Value, json};
 use vko_api::Valkey;
 use vko_render::{OperatorPeer, RenderInputs, render};
+use vko_testbed::harness::{TestNamespace, install_crd};
 
 const FIELD_MANAGER: &str = "vko-e2e-render-dry-run";
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,10 +82,10 @@ async fn every_rendered_object_is_accepted_by_the_api_server() -> anyhow::Result
     let client = Client::try_default()
         .await
         .context("connecting with KUBECONFIG")?;
-    install_crd(&client).await?;
-    let namespace = TestNamespace::create(&client).await?;
-    let result = run(&client, &namespace.name).await;
-    let cleanup = namespace.delete().await;
+    install_crd(&client, &vko_api::crd()).await?;
+    let namespace = TestNamespace::create(&client, "render-dry-run").await?;
+    let result = run(&client, namespace.name()).await;
+    let cleanup = namespace.cleanup().await.map_err(anyhow::Error::from);
     result?;
     cleanup
 }
@@ -233,27 +230,6 @@ async fn run(client: &Client, namespace: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        vko_api::CRD_NAME,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&vko_api::crd()),
-    )
-    .await
-    .map_err(|error| anyhow::anyhow!("applying the Valkey CRD: {error:?}"))?;
-    poll("the Valkey CRD to be Established", || async {
-        let crd = crds.get(vko_api::CRD_NAME).await?;
-        Ok(crd
-            .status
-            .and_then(|status| status.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True"))
-    })
-    .await
-}
-
 async fn poll<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
@@ -270,67 +246,4 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     bail!("timed out waiting for {what} (last error: {last_error:?})")
-}
-
-/// The test's own namespace, deleted at the end (and, best effort, on a panic). Deleting it also
-/// removes the `Valkey` objects created in it.
-struct TestNamespace {
-    name: String,
-    client: Client,
-    deleted: bool,
-}
-
-impl TestNamespace {
-    async fn create(client: &Client) -> anyhow::Result<TestNamespace> {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos();
-        let name = format!("vko-render-dry-run-{}-{nanos:x}", std::process::id());
-        let namespace: Namespace = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": { "name": name, "labels": { "vko-e2e/test": "render-dry-run" } },
-        }))?;
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
-        Ok(TestNamespace {
-            name,
-            client: client.clone(),
-            deleted: false,
-        })
-    }
-
-    async fn delete(mut self) -> anyhow::Result<()> {
-        self.deleted = true;
-        delete_namespace(self.client.clone(), &self.name).await
-    }
-}
-
-async fn delete_namespace(client: Client, name: &str) -> anyhow::Result<()> {
-    match Api::<Namespace>::all(client)
-        .delete(name, &DeleteParams::background())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error).with_context(|| format!("deleting namespace {name}")),
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        if self.deleted {
-            return;
-        }
-        let (client, name) = (self.client.clone(), self.name.clone());
-        // The test's runtime may be unwinding; use a fresh one on a fresh thread.
-        let cleanup = std::thread::spawn(move || {
-            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = runtime.block_on(delete_namespace(client, &name));
-            }
-        });
-        let _ = cleanup.join();
-    }
 }

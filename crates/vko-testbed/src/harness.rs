@@ -211,6 +211,45 @@ fn sanitize_label_value(value: &str) -> String {
     }
 }
 
+/// Server-side applies a CustomResourceDefinition (field manager [`FIELD_MANAGER`]) and waits until
+/// it is Established.
+pub async fn install_crd(
+    client: &kube::Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let name = crd.metadata.name.clone().ok_or_else(|| Error::Invalid {
+        what: "CustomResourceDefinition".into(),
+        detail: "missing metadata.name".into(),
+    })?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await?;
+    wait_until(
+        &format!("CRD {name} to be Established"),
+        Duration::from_secs(60),
+        || {
+            let crds = crds.clone();
+            let name = name.clone();
+            async move {
+                let crd = crds.get(&name).await?;
+                let established = crd
+                    .status
+                    .and_then(|status| status.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            }
+        },
+    )
+    .await
+}
+
 /// Server-side applies every document of a (multi-document) YAML, namespaced objects into
 /// `namespace` unless they name one; returns the applied objects.
 pub async fn apply_yaml(
