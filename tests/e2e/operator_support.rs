@@ -143,8 +143,8 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
     };
     let guard = OperatorGuard { health_port: port };
     wait_until(
-        "the operator's /readyz",
-        Duration::from_secs(120),
+        "the operator's /readyz (it is ready once it leads; other test binaries' operators may hold the lease)",
+        Duration::from_secs(900),
         || async move {
             Ok(http_status(port, "/readyz")
                 .await
