@@ -19,10 +19,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use vko_api::Phase;
 use vko_roll::{
-    Action, ConnectedReplica, DataPod, DataTier, Decision, MasterInfo, Millis, PauseReason,
-    ReplicaInfo, RollState, SentinelPod, SentinelTier, SentinelView, Server, SwitchoverKind,
-    Terminating, Tier, WaitReason, World, next,
+    Action, ConnectedReplica, DataPod, DataTier, Decision, EventReason, MasterInfo, Millis,
+    PauseReason, ReplicaInfo, RollState, SentinelPod, SentinelTier, SentinelView, Server,
+    SwitchoverKind, Terminating, Tier, WaitReason, World, next,
 };
 
 /// Bytes of replication stream per simulated write batch.
@@ -1124,6 +1125,7 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
                 "pause {reason:?} without its condition"
             );
         }
+        check_phase_and_events(&decision, &world)?;
         sim.execute(&decision, &world, stale)?;
         // The operator records the state on the CR; a crash before that loses this pass's state.
         if !forget {
@@ -1232,6 +1234,85 @@ fn run(s: Scenario) -> Result<BTreeSet<String>, TestCaseError> {
         "no Done/Idle or justified hold within 600 calm steps: last state {recorded:?}"
     );
     Ok(seen)
+}
+
+/// The phase matches the action, and every Event is justified by the world it was decided on.
+fn check_phase_and_events(decision: &Decision, world: &World) -> Result<(), TestCaseError> {
+    let data_replicas = i32::try_from(world.data.replicas).unwrap_or(i32::MAX);
+    match (&decision.action, &decision.phase) {
+        (Action::Done | Action::Idle, phase) => prop_assert_eq!(phase, &None),
+        (
+            Action::DeletePod {
+                tier: Tier::Data, ..
+            },
+            phase,
+        )
+        | (Action::RestartInPlace { .. }, phase) => {
+            let ok = matches!(phase, Some(Phase::RollingUpdate { current, total })
+                if *total == data_replicas && 1 <= *current && current <= total);
+            prop_assert!(ok, "data delete shows {phase:?}");
+        }
+        (
+            Action::DeletePod {
+                tier: Tier::Sentinel,
+                ..
+            },
+            phase,
+        ) => {
+            let ok = matches!(phase, Some(Phase::SentinelRollingUpdate { current, total })
+                if 1 <= *current && current <= total);
+            prop_assert!(ok, "Sentinel delete shows {phase:?}");
+        }
+        (Action::Switchover { .. }, phase) => {
+            prop_assert_eq!(phase, &Some(Phase::FailoverInProgress))
+        }
+        (Action::Pause { reason, .. }, phase) if reason.clears_state() => {
+            prop_assert_eq!(phase, &Some(Phase::Error));
+            prop_assert_eq!(decision.state.tier, None);
+        }
+        _ => {}
+    }
+    for event in &decision.events {
+        match event.reason {
+            EventReason::RollingUpdateComplete => {
+                let complete = (0..world.data.replicas).all(|o| {
+                    world.data_pod(o).is_some_and(|p| {
+                        p.terminating.is_none()
+                            && (p.template_hash == world.data.target_hash
+                                || world.data.sidecar_only_change)
+                    })
+                });
+                prop_assert!(
+                    complete,
+                    "RollingUpdateComplete with the data tier incomplete"
+                );
+            }
+            EventReason::SentinelUpdateComplete => {
+                let data_current = world.data.pods.iter().all(|p| {
+                    p.template_hash == world.data.target_hash || world.data.sidecar_only_change
+                });
+                prop_assert!(data_current, "SentinelUpdateComplete before the data tier");
+                let sentinel = world.sentinel.as_ref().expect("Sentinel tier");
+                prop_assert!(
+                    sentinel
+                        .pods
+                        .iter()
+                        .all(|p| p.template_hash == sentinel.target_hash),
+                    "SentinelUpdateComplete with an outdated Sentinel pod"
+                );
+            }
+            EventReason::SplitBrainDetected => {
+                let masters = world
+                    .data
+                    .pods
+                    .iter()
+                    .filter(|p| p.server.is_master())
+                    .count();
+                prop_assert!(masters > 1, "SplitBrainDetected with {masters} masters");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a decision did, for the coverage check.
