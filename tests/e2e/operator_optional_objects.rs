@@ -52,16 +52,17 @@ fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String 
     )
 }
 
-async fn install_foreign_crds(client: &kube::Client) {
+async fn install_foreign_crds(client: &kube::Client) -> anyhow::Result<()> {
     for (group, version, kind, plural) in FOREIGN_CRDS {
         let crd: CustomResourceDefinition =
-            serde_norway::from_str(&stand_in_crd(group, version, kind, plural)).unwrap();
-        install_crd(client, &crd).await.unwrap();
+            serde_norway::from_str(&stand_in_crd(group, version, kind, plural))?;
+        install_crd(client, &crd).await?;
     }
+    Ok(())
 }
 
 /// Names of the `K`s in the namespace (minus what Kubernetes puts into every namespace).
-async fn names<K>(client: &kube::Client, namespace: &str) -> BTreeSet<String>
+async fn names<K>(client: &kube::Client, namespace: &str) -> Result<BTreeSet<String>, kube::Error>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -69,14 +70,14 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
+    Ok(api
+        .list(&ListParams::default())
+        .await?
         .items
         .iter()
         .map(ResourceExt::name_any)
         .filter(|name| name != "default" && name != "kube-root-ca.crt")
-        .collect()
+        .collect())
 }
 
 fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<DynamicObject> {
@@ -93,7 +94,11 @@ fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<Dyna
 
 /// Waits until the operator has created an object of the foreign kind `index` in the namespace;
 /// returns its name.
-async fn wait_for_foreign(client: &kube::Client, namespace: &str, index: usize) -> String {
+async fn wait_for_foreign(
+    client: &kube::Client,
+    namespace: &str,
+    index: usize,
+) -> vko_testbed::Result<String> {
     let api = foreign_api(client, namespace, index);
     wait_until(
         &format!("a {} in {namespace}", FOREIGN_CRDS[index].2),
@@ -107,7 +112,6 @@ async fn wait_for_foreign(client: &kube::Client, namespace: &str, index: usize) 
         },
     )
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +120,7 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
     let client = testbed.client();
     operator_support::install_crd(&client).await.unwrap();
     // Before the operator starts: it looks for these API groups once it leads.
-    install_foreign_crds(&client).await;
+    install_foreign_crds(&client).await.unwrap();
     let _operator = operator().await.unwrap();
     let namespace = TestNamespace::create(&client, "op-optional").await.unwrap();
     let ns = namespace.name().to_owned();
@@ -141,8 +145,8 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
          \x20 metrics: {enabled: true, service: {enabled: true}, serviceMonitor: {enabled: true}}\n";
     apply_yaml(&client, &ns, all_on).await.unwrap();
 
-    let certificate = wait_for_foreign(&client, &ns, 0).await;
-    let service_monitor = wait_for_foreign(&client, &ns, 1).await;
+    let certificate = wait_for_foreign(&client, &ns, 0).await.unwrap();
+    let service_monitor = wait_for_foreign(&client, &ns, 1).await.unwrap();
     eprintln!("certificate {certificate}, service monitor {service_monitor}");
 
     // Everything "opt" wants, with the Sentinel tier's StatefulSet next to the data one.
@@ -151,10 +155,10 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
         let ns = ns.clone();
         async move {
             let snapshot = (
-                names::<Deployment>(&client, &ns).await,
-                names::<PodDisruptionBudget>(&client, &ns).await,
-                names::<NetworkPolicy>(&client, &ns).await,
-                names::<StatefulSet>(&client, &ns).await,
+                names::<Deployment>(&client, &ns).await?,
+                names::<PodDisruptionBudget>(&client, &ns).await?,
+                names::<NetworkPolicy>(&client, &ns).await?,
+                names::<StatefulSet>(&client, &ns).await?,
             );
             let complete = !snapshot.0.is_empty()
                 && !snapshot.1.is_empty()
@@ -170,9 +174,9 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
     })
     .await
     .unwrap();
-    let services_on = names::<Service>(&client, &ns).await;
-    let config_maps_on = names::<ConfigMap>(&client, &ns).await;
-    let service_accounts_on = names::<ServiceAccount>(&client, &ns).await;
+    let services_on = names::<Service>(&client, &ns).await.unwrap();
+    let config_maps_on = names::<ConfigMap>(&client, &ns).await.unwrap();
+    let service_accounts_on = names::<ServiceAccount>(&client, &ns).await.unwrap();
     eprintln!(
         "on: deployments {:?}, budgets {:?}, network policies {:?}, statefulsets {:?}, services {services_on:?}, \
          config maps {config_maps_on:?}, service accounts {service_accounts_on:?}",
@@ -190,10 +194,10 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
         let ns = ns.clone();
         async move {
             let snapshot = (
-                names::<Deployment>(&client, &ns).await,
-                names::<PodDisruptionBudget>(&client, &ns).await,
-                names::<NetworkPolicy>(&client, &ns).await,
-                names::<StatefulSet>(&client, &ns).await,
+                names::<Deployment>(&client, &ns).await?,
+                names::<PodDisruptionBudget>(&client, &ns).await?,
+                names::<NetworkPolicy>(&client, &ns).await?,
+                names::<StatefulSet>(&client, &ns).await?,
             );
             let gone = snapshot.0.is_empty()
                 && snapshot.1.is_empty()
@@ -209,9 +213,9 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
     })
     .await
     .unwrap();
-    let services_off = names::<Service>(&client, &ns).await;
-    let config_maps_off = names::<ConfigMap>(&client, &ns).await;
-    let service_accounts_off = names::<ServiceAccount>(&client, &ns).await;
+    let services_off = names::<Service>(&client, &ns).await.unwrap();
+    let config_maps_off = names::<ConfigMap>(&client, &ns).await.unwrap();
+    let service_accounts_off = names::<ServiceAccount>(&client, &ns).await.unwrap();
     eprintln!(
         "off: statefulsets {:?}, services {services_off:?}, config maps {config_maps_off:?}, \
          service accounts {service_accounts_off:?}",
