@@ -1,0 +1,364 @@
+//! The chart's life cycle with real helm on the testbed, the operator running IN the cluster as the
+//! chart's Deployment, under the chart's ServiceAccount and RBAC (the API server enforces RBAC, so a
+//! missing rule shows up as a refused request and a Valkey that never reaches OK):
+//!
+//! 1. `helm install` → the operator pod becomes Ready (it holds the leader Lease: Ready means
+//!    leading and listed) → a standalone Valkey reaches PHASE OK, and its Events name that pod as
+//!    their reporting instance (it was this operator, not a host-process one, that reconciled).
+//! 2. `helm upgrade` runs the pre-upgrade migrate hook. Beforehand the Valkey's stored form is made
+//!    to lack its defaulted spec fields by writing etcd directly — exactly what an object written
+//!    under an older CRD without those defaults looks like in storage (the API server fills defaults
+//!    into every read, so only etcd shows the difference). After the upgrade etcd holds them: the
+//!    hook wrote them. Without the hook (or with a no-op migrate) this step fails — and a control
+//!    upgrade with `preUpgradeHook.enabled=false` first shows that nothing else (the upgrade, the
+//!    operator pod's restart) stores them.
+//! 3. `helm rollback` to revision 1 restores the first release's Deployment.
+//! 4. `helm uninstall` removes every object of the release.
+//!
+//! Sharing the testbed: the release is installed with `crds.install=false`, because the CRD is
+//! cluster-wide and shared with every concurrently running test (`helm uninstall` would delete it
+//! and every Valkey in the cluster). That uninstall removes the CRD, the Valkeys' children but not
+//! their PVCs is proven by `helm_uninstall_crd` (run alone, last). The operator takes part in the
+//! same leader election as the host-process operators of other test binaries (Lease
+//! `default/vko-operator-leader`, `leaderElection.namespace=default`) and runs the image tag `dev`,
+//! the host operators' `--operator-image`, so whichever operator leads renders identical pods.
+//! Because of that election the operator pod may wait for other test binaries' operators to give
+//! up the Lease before it becomes Ready; the wait is printed.
+
+#[path = "helm_support.rs"]
+mod helm_support;
+#[path = "operator_support.rs"]
+mod operator_support;
+
+use std::time::{Duration, Instant};
+
+use helm_support::{
+    Helm, chart, defaulted_spec_fields, set_args, store_valkey_raw, stored_valkey,
+    wait_for_ready_operator,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
+use kube::api::{Api, ListParams};
+use operator_support::{install_crd, wait_for_valkey};
+use vko_api::{Phase, Valkey};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
+
+const RELEASE: &str = "vko-helm";
+/// The chart's objects for RELEASE (its full name).
+const FULLNAME: &str = "vko-helm-valkey-operator";
+/// The Lease every e2e operator shares (see the module documentation).
+const LEASE_NAMESPACE: &str = "default";
+const LEASE_NAME: &str = "vko-operator-leader";
+/// Other test binaries' operators may hold the Lease for as long as their tests run.
+const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(1200);
+
+fn base_values() -> Vec<&'static str> {
+    vec![
+        "image.repository=vko.local/vko",
+        "image.tag=dev",
+        "leaderElection.namespace=default",
+        "crds.install=false",
+        "logFormat=text",
+    ]
+}
+
+async fn deployment_args(client: &kube::Client, namespace: &str) -> anyhow::Result<Vec<String>> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment = deployments.get(FULLNAME).await?;
+    Ok(deployment
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .and_then(|pod| pod.containers.into_iter().next())
+        .and_then(|container| container.args)
+        .unwrap_or_default())
+}
+
+async fn operator_logs(namespace: &str) -> String {
+    kubectl(&[
+        "logs",
+        "-n",
+        namespace,
+        &format!("deployment/{FULLNAME}"),
+        "--tail=60",
+    ])
+    .await
+    .unwrap_or_else(|error| format!("(no logs: {error})"))
+}
+
+/// Rewrites what etcd stores for `solo` without its defaulted spec fields (see the module
+/// documentation); returns the fields now missing from storage and the object as a read shows it.
+async fn strip_stored_defaults(ns: &str) -> (Vec<String>, serde_json::Value) {
+    let defaulted = defaulted_spec_fields();
+    let mut missing = Vec::new();
+    for attempt in 1..=3 {
+        let mut stored = stored_valkey(ns, "solo").await.unwrap();
+        let spec = stored["spec"].as_object_mut().unwrap();
+        let stripped: Vec<String> = defaulted
+            .iter()
+            .filter(|field| spec.remove(field.as_str()).is_some())
+            .cloned()
+            .collect();
+        assert!(
+            !stripped.is_empty() || attempt > 1,
+            "the stored Valkey holds none of the defaulted fields {defaulted:?}"
+        );
+        store_valkey_raw(ns, "solo", &stored).await.unwrap();
+        // The operator sees the rewrite (a watch event) but has nothing to write: the status is
+        // current. Give it time, then make sure nothing wrote the defaults back already.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after = stored_valkey(ns, "solo").await.unwrap();
+        missing = defaulted
+            .iter()
+            .filter(|field| after["spec"].get(field.as_str()).is_none())
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            break;
+        }
+        println!("attempt {attempt}: something rewrote solo within 5 s; stripping again");
+    }
+    assert!(
+        !missing.is_empty(),
+        "could not make the stored Valkey lack its defaults"
+    );
+    // The API server still shows them: read-time defaulting.
+    let read = kubectl(&["get", "valkey", "solo", "-n", ns, "-o", "json"])
+        .await
+        .unwrap();
+    let read: serde_json::Value = serde_json::from_str(&read).unwrap();
+    for field in &missing {
+        assert!(
+            read["spec"].get(field.as_str()).is_some(),
+            "{field} is not filled in on read"
+        );
+    }
+    println!("stored solo lacks {missing:?} (a read still shows them)");
+    (missing, read)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_reconcile_upgrade_with_migrate_rollback_uninstall() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let helm = Helm::new(testbed.kubeconfig()).unwrap();
+    let release_ns = TestNamespace::create(&client, "helm-rel").await.unwrap();
+    let data_ns = TestNamespace::create(&client, "helm-vk").await.unwrap();
+    let rel = release_ns.name().to_owned();
+    let ns = data_ns.name().to_owned();
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+
+    // ---- 1. install: the in-cluster operator reconciles a Valkey to OK ----
+    let mut install = vec!["install", RELEASE, chart, "--namespace", &rel];
+    let values = set_args(&base_values());
+    install.extend(values.iter().map(String::as_str));
+    println!("{}", helm.run(&install).await.unwrap());
+    let waited = Instant::now();
+    let operator_pod =
+        match wait_for_ready_operator(&client, &rel, RELEASE, LEADERSHIP_TIMEOUT).await {
+            Ok(pod) => pod,
+            Err(error) => panic!("{error}\noperator log:\n{}", operator_logs(&rel).await),
+        };
+    println!(
+        "operator pod {operator_pod} Ready (leading) after {:.1} s",
+        waited.elapsed().as_secs_f64()
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let holder = leases
+        .get(LEASE_NAME)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.holder_identity);
+    assert_eq!(holder.as_deref(), Some(operator_pod.as_str()));
+
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let started = Instant::now();
+    if let Err(error) = wait_for_valkey(
+        &valkeys,
+        "solo",
+        "phase OK with 1 ready replica",
+        Duration::from_secs(180),
+        |v| {
+            v.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(1))
+        },
+    )
+    .await
+    {
+        panic!("{error}\noperator log:\n{}", operator_logs(&rel).await);
+    }
+    println!(
+        "solo reached PHASE OK after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let reporters: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("solo"))
+        .filter_map(|event| event.reporting_instance)
+        .collect();
+    assert!(
+        reporters.iter().any(|reporter| reporter == &operator_pod),
+        "no Event about solo was reported by {operator_pod}: {reporters:?}"
+    );
+
+    // ---- 2. upgrade: the pre-upgrade hook stores the defaults a stored object lacks ----
+    // Control first: the same upgrade without the hook leaves them missing (so what stores them
+    // below is the hook, not the upgrade's operator restart or anything else).
+    let (missing, read) = strip_stored_defaults(&ns).await;
+    let mut upgrade = vec!["upgrade", RELEASE, chart, "--namespace", &rel];
+    let values = set_args(
+        &[
+            base_values(),
+            vec!["maxConcurrentReconciles=2", "preUpgradeHook.enabled=false"],
+        ]
+        .concat(),
+    );
+    upgrade.extend(values.iter().map(String::as_str));
+    println!("{}", helm.run(&upgrade).await.unwrap());
+    let stored = stored_valkey(&ns, "solo").await.unwrap();
+    for field in &missing {
+        assert!(
+            stored["spec"].get(field.as_str()).is_none(),
+            "{field} was stored by an upgrade without the hook; the migrate check below proves nothing"
+        );
+    }
+
+    let mut upgrade = vec!["upgrade", RELEASE, chart, "--namespace", &rel];
+    let values = set_args(&[base_values(), vec!["maxConcurrentReconciles=3"]].concat());
+    upgrade.extend(values.iter().map(String::as_str));
+    let started = Instant::now();
+    println!("{}", helm.run(&upgrade).await.unwrap());
+    println!(
+        "helm upgrade (with the migrate hook) took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let stored = stored_valkey(&ns, "solo").await.unwrap();
+    for field in &missing {
+        assert_eq!(
+            stored["spec"].get(field.as_str()),
+            read["spec"].get(field.as_str()),
+            "the migrate hook did not store {field}: {}",
+            stored["spec"]
+        );
+    }
+    assert!(
+        deployment_args(&client, &rel)
+            .await
+            .unwrap()
+            .contains(&"--max-concurrent-reconciles=3".to_owned())
+    );
+    let revisions = helm
+        .run(&["history", RELEASE, "--namespace", &rel, "-o", "json"])
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&revisions)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "{revisions}"
+    );
+    // The hook's objects are gone once it succeeded.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &rel);
+    let hook_roles: Api<ClusterRole> = Api::all(client.clone());
+    let migrate_name = format!("{FULLNAME}-migrate");
+    wait_until(
+        "the migrate hook's Job and ClusterRole to be deleted",
+        Duration::from_secs(60),
+        || {
+            let (jobs, hook_roles, name) = (jobs.clone(), hook_roles.clone(), migrate_name.clone());
+            async move {
+                let gone = jobs.get_opt(&name).await?.is_none()
+                    && hook_roles.get_opt(&name).await?.is_none();
+                Ok(gone.then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // ---- 3. rollback to revision 1 ----
+    println!(
+        "{}",
+        helm.run(&["rollback", RELEASE, "1", "--namespace", &rel])
+            .await
+            .unwrap()
+    );
+    let args = deployment_args(&client, &rel).await.unwrap();
+    assert!(
+        args.contains(&"--max-concurrent-reconciles=4".to_owned()),
+        "{args:?}"
+    );
+    let history = helm
+        .run(&["history", RELEASE, "--namespace", &rel, "-o", "json"])
+        .await
+        .unwrap();
+    let history: serde_json::Value = serde_json::from_str(&history).unwrap();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["revision"], 4, "{history}");
+    assert_eq!(last["description"], "Rollback to 1", "{history}");
+
+    // ---- 4. uninstall: every object of the release goes ----
+    println!(
+        "{}",
+        helm.run(&["uninstall", RELEASE, "--namespace", &rel, "--wait"])
+            .await
+            .unwrap()
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rel);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &rel);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let lease_roles: Api<Role> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let lease_role = format!("{FULLNAME}-leader-election");
+    wait_until(
+        "the release's objects to be deleted",
+        Duration::from_secs(60),
+        || {
+            let (deployments, accounts, roles, bindings, lease_roles, lease_role) = (
+                deployments.clone(),
+                accounts.clone(),
+                roles.clone(),
+                bindings.clone(),
+                lease_roles.clone(),
+                lease_role.clone(),
+            );
+            async move {
+                let gone = deployments.get_opt(FULLNAME).await?.is_none()
+                    && accounts.get_opt(FULLNAME).await?.is_none()
+                    && roles.get_opt(FULLNAME).await?.is_none()
+                    && bindings.get_opt(FULLNAME).await?.is_none()
+                    && lease_roles.get_opt(&lease_role).await?.is_none();
+                Ok(gone.then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // crds.install=false: the shared CRD, and with it this Valkey, stays.
+    assert!(valkeys.get_opt("solo").await.unwrap().is_some());
+
+    data_ns.cleanup().await.unwrap();
+    release_ns.cleanup().await.unwrap();
+}
