@@ -1,22 +1,31 @@
 //! `cargo xtask demo`: the README's "run it" command. On a fresh machine it installs what is missing,
-//! builds the workspace, starts a testbed (unless one runs), installs the CRD, starts the operator,
-//! applies the HA example (3 Valkey pods + 3 Sentinels), waits for PHASE OK and says how to connect.
+//! builds the workspace and helm, starts a testbed (unless one runs), `helm upgrade --install`s the
+//! chart — the operator runs IN the cluster as the chart's Deployment, with the chart's ServiceAccount
+//! and RBAC — applies the HA example (3 Valkey pods + 3 Sentinels), waits for PHASE OK and says how to
+//! connect. Running it again upgrades the release and re-applies the example.
 //!
-//! The operator runs as a host process with the testbed's admin kubeconfig; the Helm chart issue moves
-//! it into the cluster. `cargo xtask testbed down` stops it together with the testbed.
+//! The demo's operator joins the leader election of the end-to-end tests' operators (Lease
+//! `default/vko-operator-leader`) and renders the same sidecar image (`vko.local/vko:dev`, which the
+//! testbed maps to the workspace's built binaries), so a demo next to running tests never has two
+//! operators reconciling at once.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use vko_testbed::controlplane::process_is_alive;
 use vko_testbed::paths::{self, Paths};
 
-use crate::{test, testbed};
+use crate::{helm, test, testbed};
 
 const NAMESPACE: &str = "vko-demo";
+/// The chart's release: its objects are named `vko-valkey-operator`.
+const RELEASE: &str = "vko";
+const OPERATOR_NAMESPACE: &str = "vko-system";
+const CHART: &str = "charts/valkey-operator";
+/// The operator pod is Ready once it holds the leader Lease and its watches have listed (on a
+/// testbed where end-to-end tests run, their operators may hold the Lease for minutes).
+const OPERATOR_READY_TIMEOUT: Duration = Duration::from_secs(900);
 const EXAMPLE: &str = "examples/ha-sentinel.yaml";
 /// Three data pods and three Sentinels from a cold start, with images already on the host.
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -28,6 +37,7 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
     let root = testbed::repo_root();
     test::install_prerequisites()?;
     testbed::build_go_binaries()?;
+    let helm_binary = helm::build()?;
     testbed::cargo(&["build", "--workspace", "--bins"])?;
     let paths = Paths::from_env();
     if paths.ready_marker().exists() {
@@ -38,25 +48,7 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
     let kubeconfig = paths.admin_kubeconfig();
     let kubectl = Kubectl::new(paths::bin_dir().join("kubectl"), kubeconfig.clone());
 
-    println!("==> installing the Valkey CRD");
-    kubectl.run(&[
-        "apply",
-        "--server-side",
-        "--field-manager=vko-demo",
-        "-f",
-        &root
-            .join("charts/valkey-operator/templates/crd.yaml")
-            .display()
-            .to_string(),
-    ])?;
-    kubectl.run(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/valkeys.vko.gtrfc.com",
-        "--timeout=60s",
-    ])?;
-
-    start_operator(&paths, &kubeconfig)?;
+    install_chart(&root, &helm_binary, &kubeconfig, &kubectl)?;
 
     println!("==> applying {EXAMPLE} in namespace {NAMESPACE}");
     let namespace_yaml =
@@ -102,10 +94,10 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
         if started.elapsed() > READY_TIMEOUT {
             kubectl.run(&["get", "valkey,pods", "-n", NAMESPACE, "-o", "wide"])?;
             bail!(
-                "ha-cluster did not reach PHASE OK within {} s (phase now {:?}); operator log: {}",
+                "ha-cluster did not reach PHASE OK within {} s (phase now {:?}); operator log: \
+                 kubectl -n {OPERATOR_NAMESPACE} logs deployment/vko-valkey-operator",
                 READY_TIMEOUT.as_secs(),
                 phase.trim(),
-                operator_log(&paths).display()
             );
         }
         std::thread::sleep(Duration::from_secs(3));
@@ -142,53 +134,98 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
         master_ip.trim()
     );
     println!("  kubectl -n {NAMESPACE} get valkey,pods,svc");
-    println!("  operator log: {}", operator_log(&paths).display());
+    println!(
+        "  kubectl -n {OPERATOR_NAMESPACE} logs deployment/vko-valkey-operator   # the operator"
+    );
+    println!(
+        "  {} -n {OPERATOR_NAMESPACE} status {RELEASE}   # the chart's release",
+        helm_binary.display()
+    );
     println!("Stop everything: cargo xtask testbed down");
     Ok(())
 }
 
-fn operator_log(paths: &Paths) -> PathBuf {
-    paths.state_dir().join("operator.log")
-}
-
-/// The pid file `testbed down` reads to stop the operator with the testbed.
+/// Where an earlier, host-process demo operator recorded its pid; `cargo xtask testbed down` still
+/// stops such an operator when it finds one. The demo itself now runs the operator in the cluster.
 pub fn operator_pid_file(paths: &Paths) -> PathBuf {
     paths.state_dir().join("operator.pid")
 }
 
-fn start_operator(paths: &Paths, kubeconfig: &Path) -> anyhow::Result<()> {
-    let pid_file = operator_pid_file(paths);
-    if let Some(pid) = std::fs::read_to_string(&pid_file)
-        .ok()
-        .and_then(|text| text.trim().parse::<u32>().ok())
-        && process_is_alive(pid)
-    {
-        println!("==> the operator already runs (pid {pid})");
-        return Ok(());
+/// The `--set` values of the demo's release (see the module documentation).
+const DEMO_VALUES: [&str; 2] = ["image.tag=dev", "leaderElection.namespace=default"];
+
+/// `helm upgrade --install` of the chart, then waits for the operator pod to be Ready.
+fn install_chart(
+    root: &Path,
+    helm_binary: &Path,
+    kubeconfig: &Path,
+    kubectl: &Kubectl,
+) -> anyhow::Result<()> {
+    // A CRD that exists but belongs to no release (installed by the end-to-end tests, say) cannot be
+    // adopted by helm: leave it in place and install the rest of the chart.
+    let crd_release = kubectl
+        .output(&[
+            "get",
+            "crd",
+            vko_api::CRD_NAME,
+            "--ignore-not-found",
+            "-o",
+            "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name}|{.metadata.name}",
+        ])
+        .unwrap_or_default();
+    let (owner, crd_name) = crd_release.trim().split_once('|').unwrap_or(("", ""));
+    let install_crd = crd_name.is_empty() || owner == RELEASE;
+    let mut values: Vec<String> = DEMO_VALUES.iter().map(|v| (*v).to_owned()).collect();
+    if !install_crd {
+        println!("==> the Valkey CRD exists outside this release; installing the chart without it");
+        values.push("crds.install=false".to_owned());
     }
-    let log_path = operator_log(paths);
-    let log =
-        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let stderr = log.try_clone()?;
-    let binary = testbed::target_dir().join("debug").join("vko-operator");
-    // setsid: the operator outlives this command; `cargo xtask testbed down` stops it.
-    let child = Command::new("setsid")
-        .arg(&binary)
+    println!("==> helm upgrade --install {RELEASE} {CHART} (namespace {OPERATOR_NAMESPACE})");
+    let mut command = Command::new(helm_binary);
+    command
         .env("KUBECONFIG", kubeconfig)
-        // Free ports: the demo runs on the host, next to whatever else listens on 8080/8081.
-        .args(["--metrics-bind-address", "127.0.0.1:18080"])
-        .args(["--health-bind-address", "127.0.0.1:18081"])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    std::fs::write(&pid_file, child.id().to_string())
-        .with_context(|| format!("writing {}", pid_file.display()))?;
+        .args(["upgrade", "--install", RELEASE])
+        .arg(root.join(CHART))
+        .args(["--namespace", OPERATOR_NAMESPACE, "--create-namespace"]);
+    for value in &values {
+        command.args(["--set", value]);
+    }
+    let status = command.status().context("running helm")?;
+    if !status.success() {
+        bail!("helm upgrade --install failed ({status})");
+    }
     println!(
-        "==> operator started (pid {}), log {}",
-        child.id(),
-        log_path.display()
+        "==> waiting for the operator pod to be Ready (up to {} s)",
+        OPERATOR_READY_TIMEOUT.as_secs()
+    );
+    let started = Instant::now();
+    loop {
+        let ready = kubectl.output(&[
+            "get",
+            "pods",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "-l",
+            &format!("app.kubernetes.io/name=valkey-operator,app.kubernetes.io/instance={RELEASE}"),
+            "-o",
+            "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].status}",
+        ])?;
+        if ready.split_whitespace().any(|status| status == "True") {
+            break;
+        }
+        if started.elapsed() > OPERATOR_READY_TIMEOUT {
+            let _ = kubectl.run(&["get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide"]);
+            bail!(
+                "the operator pod was not Ready within {} s: kubectl -n {OPERATOR_NAMESPACE} logs \
+                 deployment/vko-valkey-operator",
+                OPERATOR_READY_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    println!(
+        "==> operator Ready (leading) after {} s",
+        started.elapsed().as_secs()
     );
     Ok(())
 }
