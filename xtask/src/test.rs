@@ -134,6 +134,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "RBAC least privilege: the suite's audit log vs the chart's ClusterRole",
                     || run_rbac_check(&root),
                 );
+                // Deletes the cluster-wide CRD (every Valkey): only once nothing else runs.
+                steps.run(
+                    "helm uninstall removes the CRD, not the PVCs (alone, last)",
+                    || {
+                        let args = [
+                            "--test",
+                            "helm_uninstall_crd",
+                            "--",
+                            "--ignored",
+                            "--nocapture",
+                        ]
+                        .map(String::from);
+                        cargo_e2e(&root, &args).context("helm_uninstall_crd failed")
+                    },
+                );
             } else {
                 println!(
                     "\n==> RBAC least-privilege check: not run (a filtered end-to-end run does not \
