@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use operator_support::{install_crd, operator, wait_for_valkey};
+use operator_support::{http_status, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -486,6 +486,320 @@ async fn a_standalone_with_persistence_rolls_without_losing_a_write() {
         },
     )
     .await;
+}
+
+/// An operator process of this test's own (the shared one of operator_support cannot be killed
+/// and restarted): the same binary, arguments and identity. SIGKILLed when dropped.
+struct OwnOperator {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl OwnOperator {
+    async fn start() -> anyhow::Result<OwnOperator> {
+        let binary = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
+            })
+            .join("debug/vko-operator");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let kubeconfig =
+            vko_testbed::controlplane::operator_kubeconfig(&vko_testbed::paths::Paths::from_env());
+        let log_path = std::env::temp_dir().join(format!(
+            "vko-operator-roll-kill-{}-{port}.log",
+            std::process::id()
+        ));
+        let log = std::fs::File::create(&log_path)?;
+        let child = std::process::Command::new(&binary)
+            .args([
+                "--health-bind-address",
+                &format!("127.0.0.1:{port}"),
+                "--metrics-bind-address",
+                "0",
+                "--log-format",
+                "text",
+                "--leader-elect",
+                "--leader-election-namespace",
+                "default",
+            ])
+            .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        eprintln!("own operator pid {} log {}", child.id(), log_path.display());
+        let operator = OwnOperator { child, port };
+        eventually(
+            Duration::from_secs(900),
+            "the restarted operator leads (/readyz)",
+            || async move {
+                anyhow::ensure!(http_status(port, "/readyz").await? == 200, "not ready");
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(operator)
+    }
+}
+
+impl Drop for OwnOperator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.port;
+    }
+}
+
+/// The operator is SIGKILLed three times during a 3+3 roll (after the first data pod was deleted,
+/// after the master switchover, during the Sentinel tier) and restarted each time: the roll
+/// resumes from `status.rollingUpdate`, never has two pods of a tier terminating at once, and
+/// completes without losing an acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roll_survives_the_operator_being_killed_three_times() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let shape = Shape {
+        replicas: 3,
+        sentinel: true,
+        persistence: false,
+    };
+    let namespace = TestNamespace::create(&client, "roll-kill").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let name = "roll";
+    {
+        // The shared operator installs the chart's RBAC and brings the cluster up, then stops.
+        let _shared = operator().await.unwrap();
+        apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
+        settled(&client, &ns, name, shape).await.unwrap();
+    }
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let initial_master = valkeys
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.master_pod)
+        .unwrap();
+    let mut own = Some(OwnOperator::start().await.unwrap());
+    let killer = {
+        let valkeys = valkeys.clone();
+        async move {
+            let points: [(&str, Box<dyn Fn(&Valkey) -> bool + Send>); 3] = [
+                (
+                    "after the first data pod was deleted",
+                    Box::new(|v: &Valkey| {
+                        v.status
+                            .as_ref()
+                            .and_then(|s| s.rolling_update.as_ref())
+                            .is_some_and(|r| r.last_deleted.is_some())
+                    }),
+                ),
+                (
+                    "after the master switchover",
+                    Box::new(move |v: &Valkey| {
+                        v.status.as_ref().is_some_and(|s| {
+                            s.master_pod.as_deref() != Some(initial_master.as_str())
+                                && s.rolling_update.is_some()
+                        })
+                    }),
+                ),
+                (
+                    "during the Sentinel tier",
+                    Box::new(|v: &Valkey| {
+                        v.status.as_ref().is_some_and(|s| {
+                            matches!(s.phase, Some(Phase::SentinelRollingUpdate { .. }))
+                        })
+                    }),
+                ),
+            ];
+            let mut kills = Vec::new();
+            for (what, point) in points {
+                wait_for_valkey(&valkeys, name, what, Duration::from_secs(600), |v| point(v))
+                    .await?;
+                let phase = valkeys
+                    .get(name)
+                    .await?
+                    .status
+                    .and_then(|s| s.phase)
+                    .map(|p| p.to_string());
+                drop(own.take());
+                eprintln!("operator SIGKILLed {what} (phase {phase:?})");
+                kills.push(what);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                own = Some(OwnOperator::start().await?);
+            }
+            Ok::<_, anyhow::Error>((kills, own))
+        }
+    };
+    let rolled = tokio::spawn({
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { roll_once(&client, &ns, name, shape, 19, "kill").await }
+    });
+    let (kills, own) = killer.await.unwrap();
+    let (result, _, _) = rolled.await.unwrap().unwrap();
+    drop(own);
+    let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
+    println!(
+        "MEASURED roll-kill: kills={} roll_ms={} acked={} lost={} switchover_gaps_ms={gaps:?} max_terminating data={} sentinel={} masters_after={:?}",
+        kills.len(),
+        ms(result.total),
+        result.log.acked.len(),
+        result.lost,
+        result.concurrency.data,
+        result.concurrency.sentinel,
+        result.masters_after,
+    );
+    assert_eq!(kills.len(), 3);
+    assert_eq!(result.lost, 0, "acknowledged writes lost");
+    assert_eq!(result.masters_after.len(), 1, "masters after the roll");
+    assert!(
+        result.concurrency.data <= 1 && result.concurrency.sentinel <= 1,
+        "two pods of a tier terminating at once: {:?}",
+        result.concurrency
+    );
+    namespace.cleanup().await.unwrap();
+}
+
+/// A replacement that can never become ready (unmapped image): the roll holds with a condition
+/// naming the pod and never touches the master; fixing the spec lets it finish by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fixed() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let shape = Shape {
+        replicas: 3,
+        sentinel: false,
+        persistence: false,
+    };
+    let namespace = TestNamespace::create(&client, "roll-stuck").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let name = "roll";
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, rollingUpdate: {{syncTimeout: 20s}}}}\n"
+        ),
+    )
+    .await
+    .unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let master = master_pod(&pods, name, shape).await.unwrap();
+    let master_uid = pods.by_name[&master].metadata.uid.clone().unwrap();
+    let writer = Writer::start_following(
+        client.clone(),
+        ns.clone(),
+        name.to_owned(),
+        "stuck".into(),
+        None,
+        shape.follow(),
+    );
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "unmapped.invalid/valkey:8.0.1"}})),
+        )
+        .await
+        .unwrap();
+    // The roll deletes one replica; its replacement cannot start; the roll reports it by name.
+    let paused = wait_for_valkey(
+        &valkeys,
+        name,
+        "RollingUpdatePaused naming the stuck pod",
+        Duration::from_secs(300),
+        |v| {
+            operator_support::condition(v, "RollingUpdatePaused").is_some_and(
+                |(status, _, message)| status == "True" && message.contains(&format!("{name}-")),
+            )
+        },
+    )
+    .await
+    .unwrap();
+    let (_, reason, message) = operator_support::condition(&paused, "RollingUpdatePaused").unwrap();
+    println!("MEASURED roll-stuck: RollingUpdatePaused {reason}: {message}");
+    // Held: for a while nothing else is deleted and the master stays the same pod, master.
+    for _ in 0..20 {
+        let pods = Pods::list(&client, &ns).await.unwrap();
+        assert_eq!(
+            pods.by_name
+                .get(&master)
+                .and_then(|p| p.metadata.uid.clone()),
+            Some(master_uid.clone()),
+            "the master pod was replaced while the roll was held"
+        );
+        assert_eq!(masters(&pods, name).await, vec![master.clone()]);
+        let not_ready = pods
+            .by_name
+            .values()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_none_or(|c| !c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        assert!(not_ready <= 1, "{not_ready} pods not ready while held");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The fix: the image back; the roll replaces every pod and finishes by itself.
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:8.0", "resources": {"requests": {"cpu": "23m"}}}})),
+        )
+        .await
+        .unwrap();
+    let finished = Instant::now();
+    settled(&client, &ns, name, shape).await.unwrap();
+    eventually(
+        Duration::from_secs(300),
+        "every pod on the fixed template",
+        || async {
+            let pods = Pods::list(&client, &ns).await?;
+            for pod in data_pods(&pods, name) {
+                let uid = pods.by_name[&pod].metadata.uid.clone();
+                anyhow::ensure!(
+                    pod != master || uid != Some(master_uid.clone()),
+                    "{pod} not replaced"
+                );
+            }
+            let valkey = valkeys.get(name).await?;
+            anyhow::ensure!(is_settled(&valkey, shape.replicas), "not settled");
+            Ok(())
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = writer.stop().await;
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let master_now = master_pod(&pods, name, shape).await.unwrap();
+    let lost = missing_keys(&pods.ip(&master_now).unwrap(), &log.acked)
+        .await
+        .unwrap()
+        .len();
+    println!(
+        "MEASURED roll-stuck: finished {} ms after the fix, acked={} lost={lost}",
+        finished.elapsed().as_millis(),
+        log.acked.len()
+    );
+    assert_eq!(lost, 0, "acknowledged writes lost");
+    assert_eq!(masters(&pods, name).await.len(), 1);
+    namespace.cleanup().await.unwrap();
 }
 
 /// `cargo xtask bench roll`: `VKO_BENCH_ROLLS` rolls (default 5) of 3+3 and of 3 without
