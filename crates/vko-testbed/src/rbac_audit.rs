@@ -67,6 +67,11 @@ pub struct Request {
     /// Why RBAC refused it, when it did (a 403 from authorization, not one from admission such as
     /// "namespace is being terminated", which RBAC had allowed).
     pub refused: Option<String>,
+    /// When the API server received it (RFC 3339, microseconds, UTC: compares as text).
+    pub received: String,
+    /// A refusal that came after the identity's binding was deleted (an uninstall while the
+    /// operator pod still ran): not a missing rule.
+    pub after_unbinding: bool,
 }
 
 /// What a request was about: a resource (with its API group, optional subresource, whether it named a
@@ -114,6 +119,8 @@ struct AuditEvent {
     response_status: Option<AuditStatus>,
     #[serde(default)]
     annotations: HashMap<String, String>,
+    #[serde(default)]
+    request_received_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +176,46 @@ pub struct AuditLog {
     pub events: usize,
     /// Lines that were not audit events.
     pub unparsable_lines: usize,
+    /// Successful writes of (Cluster)RoleBindings, by anyone, in log order.
+    pub binding_changes: Vec<BindingChange>,
+}
+
+/// A (Cluster)RoleBinding was written (exists afterwards) or deleted, at `at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingChange {
+    pub at: String,
+    pub name: String,
+    pub exists: bool,
+}
+
+/// Marks the refusals that came after the refused ServiceAccount's binding was deleted. The chart
+/// names its bindings after the ServiceAccount (`<name>`, `<name>-leader-election`); when the last
+/// change of such a binding before the refusal was its deletion, the operator pod outlived its RBAC
+/// (helm uninstall deletes the bindings while the pod is still in its termination grace period).
+fn mark_refusals_after_unbinding(requests: &mut [Request], changes: &[BindingChange]) {
+    for request in requests.iter_mut().filter(|r| r.refused.is_some()) {
+        let Some(name) = request
+            .user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(_, name)| name)
+        else {
+            continue;
+        };
+        let own_binding = |change: &&BindingChange| {
+            change.name == name
+                || change
+                    .name
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        };
+        let last = changes
+            .iter()
+            .filter(own_binding)
+            .filter(|change| change.at <= request.received)
+            .next_back();
+        request.after_unbinding = last.is_some_and(|change| !change.exists);
+    }
 }
 
 /// Reads the JSON-lines audit log `text`, keeping the requests of `identities`. A request appears in
@@ -182,6 +229,26 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
             continue;
         };
         log.events += 1;
+        if let Some(object) = &event.object_ref
+            && (object.resource == "clusterrolebindings" || object.resource == "rolebindings")
+            && event.stage == "ResponseComplete"
+            && let Some(status) = &event.response_status
+            && (200..300).contains(&status.code)
+            && let Some(name) = &object.name
+        {
+            let exists = match event.verb.as_str() {
+                "create" | "update" | "patch" => Some(true),
+                "delete" => Some(false),
+                _ => None,
+            };
+            if let Some(exists) = exists {
+                log.binding_changes.push(BindingChange {
+                    at: event.request_received_timestamp.clone(),
+                    name: name.clone(),
+                    exists,
+                });
+            }
+        }
         if !identities.matches(&event.user.username) {
             continue;
         }
@@ -214,6 +281,8 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
             target,
             code,
             refused,
+            received: event.request_received_timestamp,
+            after_unbinding: false,
         };
         match by_id.get(&event.audit_id) {
             Some(&index) => {
@@ -228,6 +297,10 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
             }
         }
     }
+    // Requests and binding changes are both in log order; sort the changes by time anyway
+    // (stages of concurrent requests interleave).
+    log.binding_changes.sort_by(|a, b| a.at.cmp(&b.at));
+    mark_refusals_after_unbinding(&mut log.requests, &log.binding_changes);
     log
 }
 
@@ -279,6 +352,8 @@ pub struct Verdict {
     pub wildcards: Vec<String>,
     /// Requests RBAC refused (403): (verb, target) → (count, the first refusal's message).
     pub forbidden: BTreeMap<(String, String), (usize, String)>,
+    /// Refusals after the identity's binding was deleted (see [`Request::after_unbinding`]).
+    pub refused_after_unbinding: usize,
     /// Why the log is too thin to prove anything, if it is.
     pub too_thin: Vec<String>,
 }
@@ -398,7 +473,9 @@ pub fn check(
                 format!("{path} as {}", request.user)
             }
         };
-        if let Some(message) = &request.refused {
+        if request.after_unbinding {
+            verdict.refused_after_unbinding += 1;
+        } else if let Some(message) = &request.refused {
             verdict
                 .forbidden
                 .entry((request.verb.clone(), target))
@@ -554,6 +631,14 @@ impl fmt::Display for Verdict {
                 writeln!(f, "  {line}")?;
             }
         }
+        if self.refused_after_unbinding > 0 {
+            writeln!(
+                f,
+                "note: {} refusals came after the refused ServiceAccount's binding was deleted \
+                 (uninstalled while its pod still ran; not failed)",
+                self.refused_after_unbinding
+            )?;
+        }
         write!(
             f,
             "verdict: {}",
@@ -600,6 +685,8 @@ mod tests {
             refused: (code == 403).then(|| {
                 format!("{resource} is forbidden: User \"vko-e2e-operator\" cannot {verb}")
             }),
+            received: String::new(),
+            after_unbinding: false,
         }
     }
 
@@ -809,6 +896,69 @@ mod tests {
     }
 
     #[test]
+    fn refusals_after_the_binding_was_deleted_are_excused_until_it_is_back() {
+        let identities = OperatorIdentities {
+            users: Vec::new(),
+            service_account_suffixes: vec!["valkey-operator".into()],
+        };
+        let binding = |id: &str, at: &str, verb: &str, name: &str| {
+            format!(
+                r#"{{"auditID":"{id}","stage":"ResponseComplete","requestURI":"/x","verb":"{verb}","user":{{"username":"admin"}},"objectRef":{{"resource":"clusterrolebindings","name":"{name}","apiGroup":"rbac.authorization.k8s.io"}},"responseStatus":{{"code":200}},"requestReceivedTimestamp":"{at}"}}"#
+            )
+        };
+        let refusal = |id: &str, at: &str| {
+            format!(
+                r#"{{"auditID":"{id}","stage":"ResponseComplete","requestURI":"/x","verb":"list","user":{{"username":"system:serviceaccount:rel:vko-valkey-operator"}},"objectRef":{{"resource":"pods"}},"responseStatus":{{"code":403,"message":"pods is forbidden: User \"system:serviceaccount:rel:vko-valkey-operator\" cannot list"}},"annotations":{{"authorization.k8s.io/decision":"forbid"}},"requestReceivedTimestamp":"{at}"}}"#
+            )
+        };
+        let log = [
+            binding(
+                "b1",
+                "2026-11-30T17:00:00.000000Z",
+                "create",
+                "vko-valkey-operator",
+            ),
+            refusal("r1", "2026-11-30T17:00:01.000000Z"),
+            binding(
+                "b2",
+                "2026-11-30T17:00:02.000000Z",
+                "delete",
+                "vko-valkey-operator",
+            ),
+            // Another release's binding does not count.
+            binding(
+                "b3",
+                "2026-11-30T17:00:02.500000Z",
+                "create",
+                "other-valkey-operator",
+            ),
+            refusal("r2", "2026-11-30T17:00:03.000000Z"),
+            binding(
+                "b4",
+                "2026-11-30T17:00:04.000000Z",
+                "create",
+                "vko-valkey-operator",
+            ),
+            refusal("r3", "2026-11-30T17:00:05.000000Z"),
+        ]
+        .join("\n");
+        let read = read_audit_log(&log, &identities);
+        assert_eq!(read.binding_changes.len(), 4);
+        let excused: Vec<bool> = read.requests.iter().map(|r| r.after_unbinding).collect();
+        assert_eq!(excused, [false, true, false]);
+        let verdict = check(&[], &read.requests, &[], LOW);
+        assert_eq!(verdict.refused_after_unbinding, 1);
+        assert_eq!(
+            verdict
+                .forbidden
+                .values()
+                .map(|(count, _)| count)
+                .sum::<usize>(),
+            2
+        );
+    }
+
+    #[test]
     fn service_accounts_match_by_name_ending_in_any_namespace() {
         let identities = OperatorIdentities {
             users: vec!["vko-e2e-operator".into()],
@@ -924,6 +1074,8 @@ not json
             target: Target::NonResource { path: path.into() },
             code: 200,
             refused: None,
+            received: String::new(),
+            after_unbinding: false,
         };
         let verdict = check(
             std::slice::from_ref(&url_rule),
