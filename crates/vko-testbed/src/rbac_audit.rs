@@ -212,8 +212,7 @@ fn mark_refusals_after_unbinding(requests: &mut [Request], changes: &[BindingCha
         let last = changes
             .iter()
             .filter(own_binding)
-            .filter(|change| change.at <= request.received)
-            .next_back();
+            .rfind(|change| change.at <= request.received);
         request.after_unbinding = last.is_some_and(|change| !change.exists);
     }
 }
