@@ -10,7 +10,9 @@
 //!
 //! It must run AFTER the rest of the suite, so it is `#[ignore]`d in the suite's own run;
 //! `cargo xtask test` runs it last. By hand, against the running testbed after some operator tests:
-//! `cargo test -p vko-e2e --features e2e --test rbac_least_privilege -- --ignored --nocapture`.
+//! `cargo test -p vko-e2e --features e2e --test rbac_least_privilege -- --ignored --nocapture`;
+//! `VKO_RBAC_AUDIT_SINCE=2026-11-30T17:12:00Z` limits it to the requests received since then (a
+//! long-lived testbed's log may hold requests made under an older ClusterRole).
 
 use std::path::PathBuf;
 
@@ -87,7 +89,25 @@ async fn the_chart_grants_the_operator_no_write_it_did_not_use() -> anyhow::Resu
         users: vec![E2E_OPERATOR_USER.to_string()],
         service_account_suffixes: vec!["valkey-operator".to_string()],
     };
-    let log = read_audit_log(&text, &identities);
+    let mut log = read_audit_log(&text, &identities);
+    if let Some(since) = std::env::var("VKO_RBAC_AUDIT_SINCE")
+        .ok()
+        .filter(|since| !since.is_empty())
+    {
+        // Audit timestamps are UTC RFC 3339 with microseconds: text order is time order once `since`
+        // has the same shape (`...:00Z` sorts after `...:00.5Z`).
+        let since = match since.strip_suffix('Z') {
+            Some(seconds) if !seconds.contains('.') => format!("{seconds}.000000Z"),
+            _ => since,
+        };
+        let before = log.requests.len();
+        log.requests
+            .retain(|request| request.received.as_str() >= since.as_str());
+        println!(
+            "VKO_RBAC_AUDIT_SINCE={since}: {} of {before} operator requests",
+            log.requests.len()
+        );
+    }
     let users: std::collections::BTreeSet<&str> = log
         .requests
         .iter()
