@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use anyhow::{Context, bail};
 use serde_json::Value;
 use vko_testbed::harness::{HELM_BIN_ENV, helm_binary, yaml_documents};
 
@@ -41,34 +42,32 @@ fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/valkey-operator")
 }
 
-/// Runs helm; panics with its output when it fails, and with how to get it when it is missing.
-fn helm(args: &[&str]) -> String {
+/// Runs helm; fails with its output when it fails, and with how to get it when it is missing.
+fn helm(args: &[&str]) -> anyhow::Result<String> {
     let binary = helm_binary();
-    assert!(
-        binary.is_file(),
-        "helm is missing at {}: run `cargo xtask helm build` (or set {HELM_BIN_ENV})",
-        binary.display()
-    );
-    let output = Command::new(&binary).args(args).output().unwrap();
+    if !binary.is_file() {
+        bail!(
+            "helm is missing at {}: run `cargo xtask helm build` (or set {HELM_BIN_ENV})",
+            binary.display()
+        );
+    }
+    let output = Command::new(&binary).args(args).output()?;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "helm {} failed:\n{stdout}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    if !output.status.success() {
+        bail!(
+            "helm {} failed:\n{stdout}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(stdout)
 }
 
-fn template(set: &[&str]) -> String {
+fn template(set: &[&str]) -> anyhow::Result<String> {
     let chart = chart();
-    let mut args = vec![
-        "template",
-        RELEASE,
-        chart.to_str().unwrap(),
-        "--namespace",
-        NAMESPACE,
-    ];
+    let mut args = vec!["template", RELEASE];
+    args.push(chart.to_str().context("chart path is not UTF-8")?);
+    args.extend(["--namespace", NAMESPACE]);
     for value in set {
         args.extend(["--set", value]);
     }
@@ -86,11 +85,11 @@ fn without_crd(rendered: &str) -> String {
         .collect()
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> anyhow::Result<&'a Value> {
     objects
         .iter()
         .find(|object| object["kind"] == kind && object["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+        .with_context(|| format!("no {kind} {name} rendered"))
 }
 
 fn kinds(objects: &[Value]) -> Vec<String> {
@@ -99,8 +98,8 @@ fn kinds(objects: &[Value]) -> Vec<String> {
         .map(|object| {
             format!(
                 "{}/{}",
-                object["kind"].as_str().unwrap(),
-                object["metadata"]["name"].as_str().unwrap()
+                object["kind"].as_str().unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or_default()
             )
         })
         .collect()
@@ -115,7 +114,7 @@ fn helm_lint_is_clean_for_defaults_and_every_option() {
         for value in set {
             args.extend(["--set", value]);
         }
-        let report = helm(&args);
+        let report = helm(&args).unwrap();
         assert!(
             report.contains("1 chart(s) linted, 0 chart(s) failed"),
             "{report}"
@@ -129,27 +128,28 @@ fn helm_lint_is_clean_for_defaults_and_every_option() {
 
 #[test]
 fn default_values_render_the_snapshot() {
-    let rendered = template(&[]);
+    let rendered = template(&[]).unwrap();
     insta::assert_snapshot!("default_values", without_crd(&rendered));
 }
 
 #[test]
 fn every_optional_block_on_renders_the_snapshot() {
-    let rendered = template(ALL_ON);
+    let rendered = template(ALL_ON).unwrap();
     insta::assert_snapshot!("all_optional_blocks_on", without_crd(&rendered));
 }
 
 #[test]
 fn the_rendered_crd_is_exactly_vko_apis_and_crds_install_false_drops_it() {
-    let objects = yaml_documents(&template(&[])).unwrap();
+    let objects = yaml_documents(&template(&[]).unwrap()).unwrap();
     let crd = find(
         &objects,
         "CustomResourceDefinition",
         "valkeys.vko.gtrfc.com",
-    );
+    )
+    .unwrap();
     assert_eq!(crd, &serde_json::to_value(vko_api::crd()).unwrap());
 
-    let objects = yaml_documents(&template(&["crds.install=false"])).unwrap();
+    let objects = yaml_documents(&template(&["crds.install=false"]).unwrap()).unwrap();
     assert!(
         !objects
             .iter()
@@ -168,8 +168,8 @@ fn the_operator_hands_its_own_image_to_the_pods_it_renders() {
             "registry.example/vko:2.0.0",
         ),
     ] {
-        let objects = yaml_documents(&template(set)).unwrap();
-        let deployment = find(&objects, "Deployment", "vko-valkey-operator");
+        let objects = yaml_documents(&template(set).unwrap()).unwrap();
+        let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["image"], image);
         let args: Vec<&str> = container["args"]
@@ -182,7 +182,7 @@ fn the_operator_hands_its_own_image_to_the_pods_it_renders() {
             args.contains(&format!("--operator-image={image}").as_str()),
             "{args:?}"
         );
-        let job = find(&objects, "Job", "vko-valkey-operator-migrate");
+        let job = find(&objects, "Job", "vko-valkey-operator-migrate").unwrap();
         assert_eq!(
             job["spec"]["template"]["spec"]["containers"][0]["image"],
             image
@@ -192,8 +192,9 @@ fn the_operator_hands_its_own_image_to_the_pods_it_renders() {
 
 #[test]
 fn leader_election_uses_the_configured_lease_namespace_or_none() {
-    let objects = yaml_documents(&template(&["leaderElection.namespace=default"])).unwrap();
-    let deployment = find(&objects, "Deployment", "vko-valkey-operator");
+    let objects =
+        yaml_documents(&template(&["leaderElection.namespace=default"]).unwrap()).unwrap();
+    let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     assert!(
         args.as_array()
@@ -205,11 +206,11 @@ fn leader_election_uses_the_configured_lease_namespace_or_none() {
             .unwrap()
             .contains(&Value::from("--leader-election-namespace=default"))
     );
-    let role = find(&objects, "Role", "vko-valkey-operator-leader-election");
+    let role = find(&objects, "Role", "vko-valkey-operator-leader-election").unwrap();
     assert_eq!(role["metadata"]["namespace"], "default");
 
-    let objects = yaml_documents(&template(&["leaderElection.enabled=false"])).unwrap();
-    let deployment = find(&objects, "Deployment", "vko-valkey-operator");
+    let objects = yaml_documents(&template(&["leaderElection.enabled=false"]).unwrap()).unwrap();
+    let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(!args.contains("--leader-elect"), "{args}");
     assert!(!objects.iter().any(|object| object["kind"] == "Role"));
@@ -217,12 +218,12 @@ fn leader_election_uses_the_configured_lease_namespace_or_none() {
 
 #[test]
 fn operator_and_hook_pods_are_hardened() {
-    let objects = yaml_documents(&template(&[])).unwrap();
+    let objects = yaml_documents(&template(&[]).unwrap()).unwrap();
     for (kind, name) in [
         ("Deployment", "vko-valkey-operator"),
         ("Job", "vko-valkey-operator-migrate"),
     ] {
-        let pod = &find(&objects, kind, name)["spec"]["template"]["spec"];
+        let pod = &find(&objects, kind, name).unwrap()["spec"]["template"]["spec"];
         let pod_sc = &pod["securityContext"];
         assert_eq!(pod_sc["runAsNonRoot"], true, "{kind}");
         assert!(pod_sc["runAsUser"].as_i64().unwrap() > 0, "{kind}");
@@ -243,7 +244,7 @@ fn operator_and_hook_pods_are_hardened() {
             );
         }
     }
-    let deployment = find(&objects, "Deployment", "vko-valkey-operator");
+    let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
@@ -251,8 +252,8 @@ fn operator_and_hook_pods_are_hardened() {
 
 #[test]
 fn the_cluster_roles_grant_no_wildcard_no_update_and_the_hook_only_valkeys() {
-    let objects = yaml_documents(&template(&[])).unwrap();
-    let operator = find(&objects, "ClusterRole", "vko-valkey-operator");
+    let objects = yaml_documents(&template(&[]).unwrap()).unwrap();
+    let operator = find(&objects, "ClusterRole", "vko-valkey-operator").unwrap();
     for rule in operator["rules"].as_array().unwrap() {
         let text = rule.to_string();
         assert!(!text.contains('*'), "wildcard in {text}");
@@ -262,14 +263,14 @@ fn the_cluster_roles_grant_no_wildcard_no_update_and_the_hook_only_valkeys() {
         );
         assert!(!text.contains("persistentvolumeclaims"), "{text}");
     }
-    let hook = find(&objects, "ClusterRole", "vko-valkey-operator-migrate");
+    let hook = find(&objects, "ClusterRole", "vko-valkey-operator-migrate").unwrap();
     assert_eq!(
         hook["rules"],
         serde_json::json!([{"apiGroups": ["vko.gtrfc.com"], "resources": ["valkeys"], "verbs": ["list", "patch"]}])
     );
     // The hook's RBAC exists before its Job runs, and all of it goes away once it succeeded.
     let weight = |kind: &str| -> i64 {
-        find(&objects, kind, "vko-valkey-operator-migrate")["metadata"]["annotations"]["helm.sh/hook-weight"]
+        find(&objects, kind, "vko-valkey-operator-migrate").unwrap()["metadata"]["annotations"]["helm.sh/hook-weight"]
             .as_str()
             .unwrap()
             .parse()
@@ -280,8 +281,8 @@ fn the_cluster_roles_grant_no_wildcard_no_update_and_the_hook_only_valkeys() {
             weight(kind) < weight("Job"),
             "{kind} must come before the Job"
         );
-        let annotations =
-            &find(&objects, kind, "vko-valkey-operator-migrate")["metadata"]["annotations"];
+        let annotations = &find(&objects, kind, "vko-valkey-operator-migrate").unwrap()["metadata"]
+            ["annotations"];
         assert_eq!(annotations["helm.sh/hook"], "pre-upgrade");
         assert!(
             annotations["helm.sh/hook-delete-policy"]
@@ -290,14 +291,15 @@ fn the_cluster_roles_grant_no_wildcard_no_update_and_the_hook_only_valkeys() {
                 .contains("hook-succeeded")
         );
     }
-    let objects = yaml_documents(&template(&["preUpgradeHook.enabled=false"])).unwrap();
+    let objects = yaml_documents(&template(&["preUpgradeHook.enabled=false"]).unwrap()).unwrap();
     assert!(!objects.iter().any(|object| object["kind"] == "Job"));
 }
 
 #[test]
 fn the_prometheus_rule_ships_the_eight_alerts_each_guarded_on_the_collector() {
-    let objects = yaml_documents(&template(&["metrics.prometheusRule.enabled=true"])).unwrap();
-    let rule = find(&objects, "PrometheusRule", "vko-valkey-operator");
+    let objects =
+        yaml_documents(&template(&["metrics.prometheusRule.enabled=true"]).unwrap()).unwrap();
+    let rule = find(&objects, "PrometheusRule", "vko-valkey-operator").unwrap();
     let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
     let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
     assert_eq!(
@@ -323,10 +325,11 @@ fn the_prometheus_rule_ships_the_eight_alerts_each_guarded_on_the_collector() {
         .unwrap();
     assert_eq!(tls["for"], "72h");
     // Off by default, and a ServiceMonitor alone still renders the Service it selects.
-    let objects = yaml_documents(&template(&[])).unwrap();
+    let objects = yaml_documents(&template(&[]).unwrap()).unwrap();
     assert!(!objects.iter().any(|o| o["kind"] == "PrometheusRule"
         || o["kind"] == "ServiceMonitor"
         || o["kind"] == "Service"));
-    let objects = yaml_documents(&template(&["metrics.serviceMonitor.enabled=true"])).unwrap();
-    find(&objects, "Service", "vko-valkey-operator-metrics");
+    let objects =
+        yaml_documents(&template(&["metrics.serviceMonitor.enabled=true"]).unwrap()).unwrap();
+    find(&objects, "Service", "vko-valkey-operator-metrics").unwrap();
 }

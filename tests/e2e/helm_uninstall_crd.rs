@@ -36,7 +36,11 @@ const RELEASE: &str = "vko-crd";
 const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Names of the objects in `namespace` controlled by the Valkey with `uid`.
-async fn children(client: &kube::Client, namespace: &str, uid: &str) -> Vec<String> {
+async fn children(
+    client: &kube::Client,
+    namespace: &str,
+    uid: &str,
+) -> anyhow::Result<Vec<String>> {
     let owned = |meta: &kube::api::ObjectMeta| {
         meta.owner_references
             .as_ref()
@@ -45,24 +49,24 @@ async fn children(client: &kube::Client, namespace: &str, uid: &str) -> Vec<Stri
     let mut names = Vec::new();
     let list = ListParams::default();
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    for object in statefulsets.list(&list).await.unwrap() {
+    for object in statefulsets.list(&list).await? {
         if owned(&object.metadata) {
             names.push(format!("StatefulSet/{}", object.name_any()));
         }
     }
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    for object in services.list(&list).await.unwrap() {
+    for object in services.list(&list).await? {
         if owned(&object.metadata) {
             names.push(format!("Service/{}", object.name_any()));
         }
     }
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    for object in config_maps.list(&list).await.unwrap() {
+    for object in config_maps.list(&list).await? {
         if owned(&object.metadata) {
             names.push(format!("ConfigMap/{}", object.name_any()));
         }
     }
-    names
+    Ok(names)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +147,7 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
     .await
     .unwrap();
     let uid = valkey.uid().unwrap();
-    let before = children(&client, &ns, &uid).await;
+    let before = children(&client, &ns, &uid).await.unwrap();
     assert!(
         before.iter().any(|name| name.starts_with("StatefulSet/")),
         "{before:?}"
@@ -184,7 +188,12 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
         Duration::from_secs(120),
         || {
             let (client, ns, uid) = (client.clone(), ns.clone(), uid.clone());
-            async move { Ok(children(&client, &ns, &uid).await.is_empty().then_some(())) }
+            async move {
+                let left = children(&client, &ns, &uid)
+                    .await
+                    .map_err(|error| vko_testbed::Error::Other(error.to_string()))?;
+                Ok(left.is_empty().then_some(()))
+            }
         },
     )
     .await
