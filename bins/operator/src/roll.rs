@@ -371,7 +371,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
             .as_deref(),
     )?;
     let port = dial.dial.valkey_port;
-    let servers = futures::future::join_all(inputs.data_pods.iter().map(|(ordinal, _)| {
+    let servers = futures::future::join_all(inputs.data_pods.keys().map(|ordinal| {
         let at = Address::new(names.data_pod_fqdn(*ordinal), port);
         async move { probe_server(name, dial, &at).await }
     }))
