@@ -440,12 +440,14 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(WriteLog::default()));
         let task = tokio::spawn(write_loop(
-            client,
-            ns,
-            valkey,
+            WriteTarget {
+                client,
+                ns,
+                valkey,
+                follow,
+            },
             prefix,
             wait_replicas,
-            follow,
             stop.clone(),
             log.clone(),
         ));
@@ -470,16 +472,27 @@ impl Writer {
     }
 }
 
-async fn write_loop(
+/// Which cluster a writer writes to, and how it finds the master.
+struct WriteTarget {
     client: kube::Client,
     ns: String,
     valkey: String,
+    follow: Follow,
+}
+
+async fn write_loop(
+    target: WriteTarget,
     prefix: String,
     wait_replicas: Option<u32>,
-    follow: Follow,
     stop: Arc<AtomicBool>,
     log: Arc<Mutex<WriteLog>>,
 ) {
+    let WriteTarget {
+        client,
+        ns,
+        valkey,
+        follow,
+    } = target;
     let mut sequence = 0u64;
     let mut conn: Option<Conn> = None;
     let mut master = String::new();
