@@ -1,18 +1,26 @@
 //! Three data pods without Sentinel: the operator is the master authority (ADR 0005). The cluster
 //! reaches OK with one master; when the master's valkey-server crashes (SIGKILL; the testbed
 //! restarts it in place, into the hold) the operator promotes the most caught-up replica, records
-//! it in `status.masterPod`, and a write acknowledged before the crash is still there.
+//! it in `status.masterPod`, and a write acknowledged before the crash is still there. When the
+//! master's POD is deleted (graceful), its sidecar hands the role over to a synced replica before
+//! the server stops: under a plain-`SET` writer no OK'd write is lost, and `-rw` and
+//! `status.masterPod` follow the new master.
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
 #[path = "operator_support.rs"]
 mod operator_support;
 
-use std::process::Command;
-use std::time::Duration;
+#[path = "ha_support.rs"]
+#[allow(dead_code)]
+mod ha_support;
 
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
 use operator_support::{install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
@@ -128,6 +136,125 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     let old_ip = pod_ip(&client, &ns, &old_master).await.unwrap();
     let old_role = valkey_cli(&old_ip, &["ROLE"]).await.unwrap();
     assert!(old_role.starts_with("slave"), "{old_master}: {old_role}");
+
+    namespace.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_an_acknowledged_write()
+ {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-trio-del").await.unwrap();
+    let ns = namespace.name().to_owned();
+
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let ok = |v: &Valkey| {
+        v.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
+    };
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "trio",
+        "3 ready and OK",
+        Duration::from_secs(180),
+        ok,
+    )
+    .await
+    .unwrap();
+    let old_master = valkey.status.unwrap().master_pod.unwrap();
+
+    let writer = Writer::start_following(
+        client.clone(),
+        ns.clone(),
+        "trio".into(),
+        "handover".into(),
+        None,
+        Follow::RoleMaster,
+    );
+    while writer.acked().await < 500 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deleted_at = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.delete(&old_master, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A new master answers role:master (the sidecar handed over before its server stopped).
+    let new_master = loop {
+        assert!(
+            deleted_at.elapsed() < Duration::from_secs(60),
+            "no other pod answers role:master 60 s after deleting {old_master}"
+        );
+        let listed = Pods::list(&client, &ns).await.unwrap();
+        if let Ok(pod) = role_master_pod(&listed, "trio").await
+            && pod != old_master
+        {
+            break pod;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = deleted_at.elapsed();
+
+    // status.masterPod and -rw follow it; the cluster is whole again.
+    wait_for_valkey(
+        &valkeys,
+        "trio",
+        "OK with the new master recorded",
+        Duration::from_secs(180),
+        |v| {
+            ok(v)
+                && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
+                    == Some(new_master.as_str())
+        },
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rw = endpoint_pods(&client, &ns, "trio-rw").await.unwrap();
+        if rw == vec![new_master.clone()] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "-rw endpoints {rw:?}, want [{new_master}]"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = writer.acked().await;
+    while writer.acked().await < after + 300 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = writer.stop().await;
+
+    let ip = pod_ip(&client, &ns, &new_master).await.unwrap();
+    let missing = missing_keys(&ip, &log.acked).await.unwrap();
+    eprintln!(
+        "no-Sentinel handover: {old_master} -> {new_master}, role:master after {took:?}; {} OK'd, {} lost; switchover gaps {:?}; longest gap {:?}; {} errors (first: {:?})",
+        log.acked.len(),
+        missing.len(),
+        log.switchover_gaps(),
+        log.longest_gap(),
+        log.error_count,
+        log.errors.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged writes lost: {:?}",
+        missing.iter().take(20).collect::<Vec<_>>()
+    );
 
     namespace.cleanup().await.unwrap();
 }
