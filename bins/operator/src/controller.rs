@@ -343,6 +343,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
 
     let mut master: Option<u32>;
     let mut sentinel_failover = false;
+    let mut sentinel_unaware = Vec::new();
     let mut authority_note = None;
     let mut requeue_soon = false;
     if !statefulset_exists {
@@ -361,8 +362,16 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             async move { dataplane::ask_sentinel(&name, pod, &fqdn, &dial).await }
         }))
         .await;
-        master = dataplane::sentinel_majority(&name, &answers);
+        let hosts: Vec<Option<String>> = answers
+            .iter()
+            .map(|a| a.as_ref().map(|a| a.master.clone()))
+            .collect();
+        master = dataplane::sentinel_majority(&name, &hosts);
         sentinel_failover = master.is_none();
+        if let Some(master) = master {
+            sentinel_unaware =
+                dataplane::replicas_unknown_to_sentinel(&name, master, &answers, &probes);
+        }
     } else if replicas > 1 {
         match dataplane::decide_master(&name, recorded, &probes) {
             MasterDecision::Steady(ordinal) => master = Some(ordinal),
@@ -509,6 +518,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         probes,
         master,
         sentinel_failover,
+        sentinel_unaware,
         authority_note,
         blocked,
         roll: roll_step.as_ref().map(|step| step.decision.clone()),

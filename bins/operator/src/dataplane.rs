@@ -5,7 +5,7 @@
 //!
 //! The decisions are pure functions over [`PodProbe`]s; only `probe_*` and `promote` do I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -317,8 +317,22 @@ pub async fn probe_data_pod(
     probe(state)
 }
 
-/// Asks one Sentinel pod `SENTINEL MASTER <name>`; the announced host, or `None`.
-pub async fn ask_sentinel(name: &str, pod: &Pod, fqdn: &str, dial: &DialConfig) -> Option<String> {
+/// One Sentinel's answer: the master it names (announced host) and the replicas it knows in good
+/// health (announced hosts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SentinelAnswer {
+    pub master: String,
+    pub replicas: Vec<String>,
+}
+
+/// Asks one Sentinel pod `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>`; `None` when it
+/// does not answer or considers the master down.
+pub async fn ask_sentinel(
+    name: &str,
+    pod: &Pod,
+    fqdn: &str,
+    dial: &DialConfig,
+) -> Option<SentinelAnswer> {
     let ip = pod_ip_if_running(pod).ok()?;
     let options = dial.options(
         &ip,
@@ -334,15 +348,59 @@ pub async fn ask_sentinel(name: &str, pod: &Pod, fqdn: &str, dial: &DialConfig) 
         }
     };
     let answer = client.master(name).await;
+    let replicas = client.replicas(name).await;
     client.close().await;
     match answer {
-        Ok(master) if !master.flags.is_down() => Some(master.host),
+        Ok(master) if !master.flags.is_down() => Some(SentinelAnswer {
+            master: master.host,
+            replicas: replicas
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| !r.flags.is_down())
+                .map(|r| r.host)
+                .collect(),
+        }),
         Ok(_) => None,
         Err(error) => {
             tracing::debug!(pod = %pod.name_any(), %error, "SENTINEL MASTER failed");
             None
         }
     }
+}
+
+/// Replicas (pod names) that some Sentinel naming `master` does not list yet. Sentinel learns
+/// replicas from the master's INFO every 10 s; a replica it does not know is neither a failover
+/// candidate nor reconfigured after a failover, so the cluster is not healthy until every
+/// agreeing Sentinel lists every synced replica.
+pub fn replicas_unknown_to_sentinel(
+    name: &str,
+    master: u32,
+    answers: &[Option<SentinelAnswer>],
+    probes: &[PodProbe],
+) -> Vec<String> {
+    let agreeing: Vec<BTreeSet<u32>> = answers
+        .iter()
+        .flatten()
+        .filter(|a| ordinal_of(name, &a.master) == Some(master))
+        .map(|a| {
+            a.replicas
+                .iter()
+                .filter_map(|host| ordinal_of(name, host))
+                .collect()
+        })
+        .collect();
+    if agreeing.is_empty() {
+        return Vec::new();
+    }
+    probes
+        .iter()
+        .filter(|p| {
+            p.ordinal != master
+                && matches!(p.state, ProbeState::Replica { master_ordinal: Some(m), link_up: true, .. } if m == master)
+        })
+        .filter(|p| agreeing.iter().any(|known| !known.contains(&p.ordinal)))
+        .map(|p| p.pod.clone())
+        .collect()
 }
 
 /// Promotes `candidate` (REPLICAOF NO ONE), checks it answers master, then points `redirect` at
@@ -533,6 +591,37 @@ mod tests {
             decide_master("a", Some(0), &probes),
             MasterDecision::Wait(_)
         ));
+    }
+
+    #[test]
+    fn a_linked_replica_some_agreeing_sentinel_does_not_list_is_reported() {
+        let probes = [
+            master(0, 100, 5),
+            replica(1, Some(0), 100, 5),
+            replica(2, Some(0), 100, 5),
+        ];
+        let answer = |master: &str, replicas: &[&str]| {
+            Some(SentinelAnswer {
+                master: format!("vk-{master}.vk-headless.ns.svc.cluster.local"),
+                replicas: replicas
+                    .iter()
+                    .map(|r| format!("vk-{r}.vk-headless.ns.svc.cluster.local"))
+                    .collect(),
+            })
+        };
+        let all_know = [answer("0", &["1", "2"]), answer("0", &["2", "1"]), None];
+        assert!(replicas_unknown_to_sentinel("vk", 0, &all_know, &probes).is_empty());
+        let one_missing = [answer("0", &["1", "2"]), answer("0", &["2"]), None];
+        assert_eq!(
+            replicas_unknown_to_sentinel("vk", 0, &one_missing, &probes),
+            vec!["a-1".to_owned()]
+        );
+        // A Sentinel naming another master is not asked about this master's replicas.
+        let disagreeing = [answer("0", &["1", "2"]), answer("1", &[])];
+        assert!(replicas_unknown_to_sentinel("vk", 0, &disagreeing, &probes).is_empty());
+        // A replica still syncing elsewhere is the sync check's business, not this one's.
+        let elsewhere = [master(0, 100, 5), replica(1, None, 0, 0)];
+        assert!(replicas_unknown_to_sentinel("vk", 0, &[answer("0", &[])], &elsewhere).is_empty());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Snapshot {
     pub master: Option<u32>,
     /// Sentinel's majority answer is missing or disagrees with the pods.
     pub sentinel_failover: bool,
+    /// Synced replicas some Sentinel naming the master does not list yet (not failover
+    /// candidates, not reconfigured by a failover).
+    pub sentinel_unaware: Vec<String>,
     /// Why the authority did not act, when it did not (e.g. waiting for the hold to clear).
     pub authority_note: Option<String>,
     pub blocked: Option<Blocked>,
@@ -136,6 +139,15 @@ pub fn data_plane_verdict(s: &Snapshot) -> Verdict {
         return not_ready(
             Phase::Syncing,
             format!("Replication sync in progress: {}", unsynced.join(", ")),
+        );
+    }
+    if !s.sentinel_unaware.is_empty() {
+        return not_ready(
+            Phase::Syncing,
+            format!(
+                "Sentinel has not discovered replica {} yet",
+                s.sentinel_unaware.join(", ")
+            ),
         );
     }
     Verdict {
@@ -420,6 +432,7 @@ mod tests {
             probes: vec![master(0)],
             master: Some(0),
             sentinel_failover: false,
+            sentinel_unaware: Vec::new(),
             authority_note: None,
             blocked: None,
             roll: None,
@@ -462,6 +475,14 @@ mod tests {
             ..syncing.clone()
         };
         assert_eq!(data_plane_verdict(&synced).phase, Phase::Ok);
+        let undiscovered = Snapshot {
+            sentinel: true,
+            sentinel_unaware: vec!["a-1".into()],
+            ..synced.clone()
+        };
+        let verdict = data_plane_verdict(&undiscovered);
+        assert_eq!(verdict.phase, Phase::Syncing);
+        assert_eq!(verdict.message, "Sentinel has not discovered replica a-1 yet");
 
         let unreachable = Snapshot {
             probes: vec![probe(0, ProbeState::Unreachable("timed out".into()))],

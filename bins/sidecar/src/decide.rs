@@ -139,6 +139,21 @@ pub fn leave_hold(
     }
 }
 
+/// A replica whose upstream is not the master the Sentinel majority names, and that master
+/// answers as master: where this replica should point instead. Sentinel reconfigures only the
+/// replicas it has discovered (from the master's INFO, every 10 s), so a replica that joined
+/// just before a failover keeps following the old master, chained behind it and invisible to
+/// Sentinel; this puts it where Sentinel would have. `None`: nothing to change.
+pub fn repoint_replica(
+    me: &Endpoint,
+    upstream: &Endpoint,
+    sentinel_master: Option<&Endpoint>,
+    named_answers_master: bool,
+) -> Option<Endpoint> {
+    let named = sentinel_master?;
+    (named != upstream && named != me && named_answers_master).then(|| named.clone())
+}
+
 /// The local server's live role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LiveRole {
@@ -479,5 +494,22 @@ mod tests {
         );
         assert_eq!(InstanceRole::Master.as_str(), "master");
         assert_eq!(InstanceRole::Replica.as_str(), "replica");
+    }
+
+    #[test]
+    fn a_replica_behind_another_than_sentinels_master_is_repointed_only_to_a_live_master() {
+        let me = Endpoint::new("vk-1.h", 6379);
+        let old = Endpoint::new("vk-0.h", 6379);
+        let named = Endpoint::new("vk-2.h", 6379);
+        assert_eq!(
+            repoint_replica(&me, &old, Some(&named), true),
+            Some(named.clone())
+        );
+        // The named master does not answer as master (yet): wait.
+        assert_eq!(repoint_replica(&me, &old, Some(&named), false), None);
+        // Already following it, no majority, or Sentinel names this pod: nothing to do here.
+        assert_eq!(repoint_replica(&me, &named, Some(&named), true), None);
+        assert_eq!(repoint_replica(&me, &old, None, true), None);
+        assert_eq!(repoint_replica(&me, &old, Some(&me), true), None);
     }
 }

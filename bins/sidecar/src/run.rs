@@ -17,7 +17,7 @@ use crate::decide::{self, Authority, HoldExit, InstanceRole, LiveRole};
 use crate::error::{Result, SidecarError};
 use crate::handover::{HandoverOutcome, HandoverSettings, handover};
 use crate::node::Node;
-use crate::topology::{PeerEvidence, probe_all, report_of};
+use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
 
 /// How often the loop looks at the local server.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,6 +26,10 @@ const HOLD_RECHECK: Duration = Duration::from_secs(2);
 /// `SENTINEL FAILOVER` requests out of the hold are repeated at most this often (a failover
 /// takes about a second; Sentinel refuses a second one while one runs).
 const FAILOVER_REQUEST_INTERVAL: Duration = Duration::from_secs(15);
+/// A replica compares its upstream with Sentinel's master at most this often; it re-points only
+/// when two checks in a row see the same mismatch (Sentinel reconfigures the replicas it knows
+/// itself within a second of a failover: this must not race it).
+const REPLICA_RECHECK: Duration = Duration::from_secs(3);
 
 /// What one pass of the loop saw and did (for logs and tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +50,10 @@ pub struct Keeper {
     last_hold_check: Option<Instant>,
     last_failover_request: Option<Instant>,
     last_wait_reason: Option<&'static str>,
+    last_replica_check: Option<Instant>,
+    /// The master Sentinel named at the last replica check when it was not this replica's
+    /// upstream.
+    replica_mismatch: Option<Endpoint>,
 }
 
 impl Keeper {
@@ -58,6 +66,8 @@ impl Keeper {
             last_hold_check: None,
             last_failover_request: None,
             last_wait_reason: None,
+            last_replica_check: None,
+            replica_mismatch: None,
         }
     }
 
@@ -111,6 +121,20 @@ impl Keeper {
             hold_exit = Some(exit);
         }
 
+        if let LiveRole::ReplicaOf(upstream) = &live
+            && node.topology.sentinel_enabled()
+            && self
+                .last_replica_check
+                .is_none_or(|t| t.elapsed() >= REPLICA_RECHECK)
+        {
+            self.last_replica_check = Some(Instant::now());
+            if let Some(master) = self.check_upstream(upstream).await? {
+                live = LiveRole::ReplicaOf(master);
+            }
+        } else if !matches!(live, LiveRole::ReplicaOf(_)) {
+            self.replica_mismatch = None;
+        }
+
         let sentinel_master = if live == LiveRole::Master && node.topology.sentinel_enabled() {
             node.sentinel_master().await
         } else {
@@ -135,6 +159,41 @@ impl Keeper {
             label,
             hold_exit,
         })
+    }
+
+    /// Re-points this replica at the master Sentinel names when it follows another server
+    /// (see [`decide::repoint_replica`]); returns the new upstream when it did.
+    async fn check_upstream(&mut self, upstream: &Endpoint) -> Result<Option<Endpoint>> {
+        let node = self.node.clone();
+        let named = node.sentinel_master().await;
+        let Some(named) = named.filter(|m| m != upstream && m != node.me()) else {
+            self.replica_mismatch = None;
+            return Ok(None);
+        };
+        if self.replica_mismatch.as_ref() != Some(&named) {
+            tracing::info!(%upstream, sentinel_master = %named, "upstream is not the master Sentinel names; checking again before re-pointing");
+            self.replica_mismatch = Some(named);
+            return Ok(None);
+        }
+        let evidence = probe_all(&node.dialer, std::slice::from_ref(&named)).await;
+        let answers_master = evidence.iter().any(
+            |e| matches!(e, PeerEvidence::Answered(r) if r.endpoint == named && r.is_master()),
+        );
+        let Some(target) =
+            decide::repoint_replica(node.me(), upstream, Some(&named), answers_master)
+        else {
+            return Ok(None);
+        };
+        let Some(local) = self.local.as_ref() else {
+            return Ok(None);
+        };
+        local
+            .replicaof(&target.host, target.port)
+            .await
+            .map_err(SidecarError::valkey(format!("REPLICAOF {target}")))?;
+        tracing::info!(%upstream, new_upstream = %target, "re-pointed at the master Sentinel names (Sentinel had not reconfigured this replica)");
+        self.replica_mismatch = None;
+        Ok(Some(target))
     }
 
     async fn leave_hold(&mut self, standalone: bool) -> Result<HoldExit> {
