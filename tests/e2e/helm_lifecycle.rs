@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use helm_support::{
-    Helm, chart, defaulted_spec_fields, set_args, store_valkey_raw, stored_valkey,
+    Helm, ReleaseGuard, chart, defaulted_spec_fields, set_args, store_valkey_raw, stored_valkey,
     wait_for_ready_operator,
 };
 use k8s_openapi::api::apps::v1::Deployment;
@@ -156,13 +156,32 @@ async fn install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     let mut install = vec!["install", RELEASE, chart, "--namespace", &rel];
     let values = set_args(&base_values());
     install.extend(values.iter().map(String::as_str));
+    // A run killed before its guard could uninstall leaves cluster-scoped objects behind (its
+    // namespace is gone); they would block this install.
+    for (kinds, namespace) in [
+        ("clusterrole,clusterrolebinding", None),
+        ("role,rolebinding", Some(LEASE_NAMESPACE)),
+    ] {
+        let selector = format!("app.kubernetes.io/instance={RELEASE}");
+        let mut args = vec!["delete", kinds, "-l", &selector, "--ignore-not-found"];
+        args.extend(namespace.map(|ns| ["-n", ns]).into_iter().flatten());
+        kubectl(&args).await.unwrap();
+    }
+    let _uninstall_on_failure = ReleaseGuard::new(&helm, RELEASE, &rel);
     println!("{}", helm.run(&install).await.unwrap());
     let waited = Instant::now();
-    let operator_pod =
-        match wait_for_ready_operator(&client, &rel, RELEASE, LEADERSHIP_TIMEOUT).await {
-            Ok(pod) => pod,
-            Err(error) => panic!("{error}\noperator log:\n{}", operator_logs(&rel).await),
-        };
+    let operator_pod = match wait_for_ready_operator(
+        &client,
+        &rel,
+        RELEASE,
+        (LEASE_NAMESPACE, LEASE_NAME),
+        LEADERSHIP_TIMEOUT,
+    )
+    .await
+    {
+        Ok(pod) => pod,
+        Err(error) => panic!("{error}\noperator log:\n{}", operator_logs(&rel).await),
+    };
     println!(
         "operator pod {operator_pod} Ready (leading) after {:.1} s",
         waited.elapsed().as_secs_f64()

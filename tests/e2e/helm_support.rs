@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
-use vko_testbed::harness::{HELM_BIN_ENV, helm_binary, wait_until};
+use vko_testbed::harness::{HELM_BIN_ENV, helm_binary};
 
 /// The testbed's etcd (plain HTTP on loopback; its JSON gateway speaks base64 keys and values).
 const ETCD: &str = "http://127.0.0.1:12379";
@@ -76,6 +77,43 @@ impl Drop for Helm {
     }
 }
 
+/// Uninstalls a release when dropped (also when the test fails or panics), so an in-cluster operator
+/// never outlives its test: it would keep the shared leader Lease and stall every other operator.
+pub struct ReleaseGuard {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    release: String,
+    namespace: String,
+}
+
+impl ReleaseGuard {
+    pub fn new(helm: &Helm, release: &str, namespace: &str) -> ReleaseGuard {
+        ReleaseGuard {
+            binary: helm.binary.clone(),
+            kubeconfig: helm.kubeconfig.clone(),
+            release: release.to_owned(),
+            namespace: namespace.to_owned(),
+        }
+    }
+}
+
+impl Drop for ReleaseGuard {
+    fn drop(&mut self) {
+        // Blocking on purpose: Drop cannot await, and the uninstall must finish before the
+        // namespaces go. `--ignore-not-found`: a passing test uninstalled it already.
+        let home = std::env::temp_dir().join(format!("vko-helm-e2e-guard-{}", std::process::id()));
+        let _ = std::process::Command::new(&self.binary)
+            .args(["uninstall", &self.release, "--namespace", &self.namespace])
+            .args(["--ignore-not-found", "--wait", "--timeout", "60s"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .status();
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}
+
 /// The chart in this repository.
 pub fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/valkey-operator")
@@ -100,35 +138,67 @@ fn is_ready(pod: &Pod) -> bool {
         })
 }
 
-/// Waits for a Ready operator pod of `release` (Ready = it holds the leader Lease and its watches
-/// have listed) and returns its name.
+/// How long a pod that holds the leader Lease may stay not Ready before the wait gives up: its
+/// watches list within seconds, and while it leads without reconciling it stalls every other
+/// operator on the testbed.
+const LEADING_BUT_NOT_READY: Duration = Duration::from_secs(90);
+
+/// Waits for a Ready operator pod of `release` (Ready = it holds the leader Lease `lease` and its
+/// watches have listed) and returns its name. Fails early when one of its pods holds the Lease but
+/// does not become Ready (the failure names the pod's state).
 pub async fn wait_for_ready_operator(
     client: &kube::Client,
     namespace: &str,
     release: &str,
+    lease: (&str, &str),
     timeout: Duration,
 ) -> anyhow::Result<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), lease.0);
     let selector =
         format!("app.kubernetes.io/name=valkey-operator,app.kubernetes.io/instance={release}");
-    wait_until(
-        &format!("a Ready operator pod of release {release}"),
-        timeout,
-        || {
-            let pods = pods.clone();
-            let selector = selector.clone();
-            async move {
-                let list = pods.list(&ListParams::default().labels(&selector)).await?;
-                Ok(list
-                    .items
-                    .iter()
-                    .find(|pod| is_ready(pod) && pod.metadata.deletion_timestamp.is_none())
-                    .map(ResourceExt::name_any))
+    let started = std::time::Instant::now();
+    let mut leading_since: Option<(String, std::time::Instant)> = None;
+    loop {
+        let list = pods.list(&ListParams::default().labels(&selector)).await?;
+        if let Some(pod) = list
+            .items
+            .iter()
+            .find(|pod| is_ready(pod) && pod.metadata.deletion_timestamp.is_none())
+        {
+            return Ok(pod.name_any());
+        }
+        let holder = leases
+            .get_opt(lease.1)
+            .await?
+            .and_then(|lease| lease.spec)
+            .and_then(|spec| spec.holder_identity);
+        let ours = holder.filter(|holder| list.items.iter().any(|pod| &pod.name_any() == holder));
+        match (&ours, &leading_since) {
+            (Some(pod), Some((since_pod, since))) if pod == since_pod => {
+                if since.elapsed() > LEADING_BUT_NOT_READY {
+                    let state = list
+                        .items
+                        .iter()
+                        .find(|candidate| &candidate.name_any() == pod)
+                        .and_then(|candidate| candidate.status.clone());
+                    bail!(
+                        "operator pod {pod} holds the Lease but is not Ready after {} s: {state:#?}",
+                        LEADING_BUT_NOT_READY.as_secs()
+                    );
+                }
             }
-        },
-    )
-    .await
-    .map_err(Into::into)
+            (Some(pod), _) => leading_since = Some((pod.clone(), std::time::Instant::now())),
+            (None, _) => leading_since = None,
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "no Ready operator pod of release {release} within {} s",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

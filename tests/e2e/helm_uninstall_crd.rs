@@ -21,7 +21,7 @@ mod operator_support;
 
 use std::time::Duration;
 
-use helm_support::{Helm, chart, set_args, wait_for_ready_operator};
+use helm_support::{Helm, ReleaseGuard, chart, set_args, wait_for_ready_operator};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -112,6 +112,7 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
     ];
     let values = set_args(&["image.tag=dev", "leaderElection.namespace=default"]);
     install.extend(values.iter().map(String::as_str));
+    let _uninstall_on_failure = ReleaseGuard::new(&helm, RELEASE, &rel);
     println!("{}", helm.run(&install).await.unwrap());
     let manifest = helm
         .run(&["get", "manifest", RELEASE, "--namespace", &rel])
@@ -121,9 +122,15 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
         manifest.contains("kind: CustomResourceDefinition"),
         "the release does not hold the CRD"
     );
-    wait_for_ready_operator(&client, &rel, RELEASE, LEADERSHIP_TIMEOUT)
-        .await
-        .unwrap();
+    wait_for_ready_operator(
+        &client,
+        &rel,
+        RELEASE,
+        ("default", "vko-operator-leader"),
+        LEADERSHIP_TIMEOUT,
+    )
+    .await
+    .unwrap();
 
     apply_yaml(
         &client,
