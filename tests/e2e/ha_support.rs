@@ -598,6 +598,48 @@ pub async fn missing_keys(ip: &str, keys: &[String]) -> anyhow::Result<Vec<Strin
     Ok(missing)
 }
 
+/// Prints the tail of every container log of every pod in `namespace` (from the testbed's state
+/// directory): what a failed test needs to be understood after its namespace is gone.
+pub async fn dump_container_logs(client: &kube::Client, namespace: &str, tail_lines: usize) {
+    let state = std::env::var("VKO_TESTBED_DIR").unwrap_or_else(|_| "/run/vko-testbed".into());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        eprintln!("(could not list pods of {namespace} for the log dump)");
+        return;
+    };
+    for pod in list {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let dir = std::path::Path::new(&state)
+            .join("pods")
+            .join(&uid)
+            .join("logs");
+        let Ok(containers) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for container in containers.flatten() {
+            let Ok(attempts) = std::fs::read_dir(container.path()) else {
+                continue;
+            };
+            let mut files: Vec<_> = attempts.flatten().map(|e| e.path()).collect();
+            files.sort();
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let start = lines.len().saturating_sub(tail_lines);
+                eprintln!(
+                    "===== {}/{} {} =====",
+                    pod.name_any(),
+                    container.file_name().to_string_lossy(),
+                    file.file_name().unwrap_or_default().to_string_lossy()
+                );
+                for line in &lines[start..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
