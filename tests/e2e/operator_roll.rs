@@ -505,6 +505,8 @@ type KillPoint = Box<dyn Fn(&Valkey) -> bool + Send>;
 struct OwnOperator {
     child: std::process::Child,
     port: u16,
+    /// Removed on drop unless a test failed.
+    log_path: std::path::PathBuf,
 }
 
 impl OwnOperator {
@@ -544,7 +546,11 @@ impl OwnOperator {
             .stderr(log)
             .spawn()?;
         eprintln!("own operator pid {} log {}", child.id(), log_path.display());
-        Ok(OwnOperator { child, port })
+        Ok(OwnOperator {
+            child,
+            port,
+            log_path,
+        })
     }
 
     /// Waits until this operator leads (another test binary's operator may hold the lease for
@@ -567,6 +573,9 @@ impl Drop for OwnOperator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log_path);
+        }
     }
 }
 
