@@ -511,6 +511,11 @@ struct OwnOperator {
 
 impl OwnOperator {
     fn start() -> anyhow::Result<OwnOperator> {
+        OwnOperator::start_with_image("vko.local/vko:dev")
+    }
+
+    /// As [`OwnOperator::start`], rendering `image` as the sidecar's (the chart's image value).
+    fn start_with_image(image: &str) -> anyhow::Result<OwnOperator> {
         let binary = std::env::var_os("CARGO_TARGET_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| {
@@ -538,6 +543,8 @@ impl OwnOperator {
                 "--leader-elect",
                 "--leader-election-namespace",
                 "default",
+                "--operator-image",
+                image,
             ])
             .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
             .env("KUBECONFIG", &kubeconfig)
@@ -577,6 +584,110 @@ impl Drop for OwnOperator {
             let _ = std::fs::remove_file(&self.log_path);
         }
     }
+}
+
+/// The reference's single-pod exception: a sidecar-image-only change (a new operator image) on a
+/// one-pod cluster is not rolled — SidecarUpdatePending=True names the pod and the pod keeps
+/// running; once something else restarts the pod it runs the new image and the condition clears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_only_change_on_a_single_pod_is_deferred_with_sidecar_update_pending() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let namespace = TestNamespace::create(&client, "roll-sidecar")
+        .await
+        .unwrap();
+    let ns = namespace.name().to_owned();
+    let name = "solo";
+    {
+        // The shared operator installs the chart's RBAC and brings the pod up, then stops.
+        let _shared = operator().await.unwrap();
+        apply_yaml(
+            &client,
+            &ns,
+            &format!(
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\nspec: {{replicas: 1, image: valkey/valkey:8.0}}\n"
+            ),
+        )
+        .await
+        .unwrap();
+        let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+        wait_for_valkey(&valkeys, name, "OK", Duration::from_secs(180), |v| {
+            is_settled(v, 1)
+        })
+        .await
+        .unwrap();
+    }
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod_name = format!("{name}-0");
+    let uid_before = pods_api.get(&pod_name).await.unwrap().metadata.uid;
+
+    // An operator with another image: the StatefulSet's template changes only in the sidecar image.
+    let next = OwnOperator::start_with_image("vko.local/vko:next").unwrap();
+    next.leading().await.unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let pending = |v: &Valkey| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "SidecarUpdatePending"))
+            .cloned()
+    };
+    let valkey = wait_for_valkey(
+        &valkeys,
+        name,
+        "SidecarUpdatePending=True",
+        Duration::from_secs(120),
+        |v| pending(v).is_some_and(|c| c.status == "True"),
+    )
+    .await
+    .unwrap();
+    let condition = pending(&valkey).unwrap();
+    eprintln!("deferred: {} / {}", condition.reason, condition.message);
+    assert!(
+        condition.message.contains(&pod_name),
+        "{}",
+        condition.message
+    );
+    // The pod is left alone (give the operator several passes to prove it).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let pod = pods_api.get(&pod_name).await.unwrap();
+    assert_eq!(pod.metadata.uid, uid_before, "the only pod was restarted");
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "the only pod is being deleted"
+    );
+
+    // Something else restarts it: it comes back with the new sidecar and the condition clears.
+    pods_api
+        .delete(&pod_name, &Default::default())
+        .await
+        .unwrap();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        name,
+        "SidecarUpdatePending=False after the pod was restarted",
+        Duration::from_secs(180),
+        |v| is_settled(v, 1) && pending(v).is_some_and(|c| c.status == "False"),
+    )
+    .await
+    .unwrap();
+    eprintln!("cleared: {}", pending(&valkey).unwrap().reason);
+    let pod = pods_api.get(&pod_name).await.unwrap();
+    let images: Vec<String> = pod
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .filter_map(|c| c.image)
+        .collect();
+    assert!(
+        images.iter().any(|i| i == "vko.local/vko:next"),
+        "{images:?}"
+    );
+    drop(next);
+    namespace.cleanup().await.unwrap();
 }
 
 /// The operator is SIGKILLed three times during a 3+3 roll (after the first data pod was deleted,

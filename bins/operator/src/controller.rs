@@ -460,6 +460,13 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
                 data_pods: &data_pods,
                 sentinel_pods: &sentinel_pods,
                 recorded_master: recorded,
+                rendered_data_template: rendered
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.statefulsets.first())
+                    .and_then(|sts| sts.spec.as_ref())
+                    .map(|spec| &spec.template),
+                operator_image: &ctx.config.operator_image,
             };
             roll::step(&inputs).await
         } else {

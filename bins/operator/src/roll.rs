@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
-use vko_api::{RollingUpdateStatus, Valkey};
+use vko_api::{ConditionType, RollingUpdateStatus, Valkey};
 use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
 use vko_roll::{
     Action, ConnectedReplica, DataPod, DataTier, Decision, MasterInfo, Millis, ReplicaInfo,
@@ -64,6 +64,10 @@ pub struct RollInputs<'a> {
     pub sentinel_pods: &'a [Arc<Pod>],
     /// Without Sentinel: `status.masterPod` as an ordinal (ADR 0005).
     pub recorded_master: Option<u32>,
+    /// The data pod template this pass rendered (what the StatefulSet carries once applied), and
+    /// the operator image in it: to tell a sidecar-image-only change on a single pod.
+    pub rendered_data_template: Option<&'a PodTemplateSpec>,
+    pub operator_image: &'a str,
 }
 
 pub fn now() -> Millis {
@@ -151,10 +155,66 @@ fn pod_ip_if_running(pod: &Pod) -> Option<String> {
     status.pod_ip.clone()
 }
 
+/// A single data pod whose template differs from the target only in the operator (sidecar)
+/// image: the reference defers that change (SidecarUpdatePending) rather than restart the only
+/// pod. Decided on the rendered template, since the hashes are computed on it.
+fn sidecar_only_change(inputs: &RollInputs<'_>, target_hash: &str) -> bool {
+    let pods: Vec<&Arc<Pod>> = inputs.data_pods.values().collect();
+    let (Some(template), [pod]) = (inputs.rendered_data_template, pods.as_slice()) else {
+        return false;
+    };
+    let pod_hash = template_hash_of_pod(pod);
+    if pod_hash == target_hash {
+        return false;
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let init = spec.init_containers.iter().flatten();
+    let running: BTreeMap<String, String> = spec
+        .containers
+        .iter()
+        .chain(init)
+        .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
+        .collect();
+    vko_render::differs_only_in_operator_image(
+        template,
+        inputs.operator_image,
+        &running,
+        &pod_hash,
+    )
+}
+
 /// Whether a roll could be in flight or due: something recorded, or a pod that does not carry
 /// its StatefulSet's template. Cheap (stores only), so the pass skips the probes otherwise.
 pub fn wanted(inputs: &RollInputs<'_>) -> bool {
     if recorded_state(inputs.valkey) != RollState::default() {
+        return true;
+    }
+    // A condition the roll set stays until a pass of the machine clears it (e.g.
+    // SidecarUpdatePending once the pod was restarted by someone else).
+    let roll_conditions = [
+        ConditionType::RollingUpdatePaused,
+        ConditionType::SidecarUpdatePending,
+        ConditionType::SentinelUpdatePending,
+        ConditionType::PodTerminationStalled,
+        ConditionType::PodRecreationStalled,
+        ConditionType::MultipleMasters,
+    ];
+    let standing = inputs
+        .valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.status == "True"
+                    && roll_conditions
+                        .iter()
+                        .any(|t| t.as_str() == c.type_.as_str())
+            })
+        });
+    if standing {
         return true;
     }
     let data_target = template_hash_of_statefulset(
@@ -437,13 +497,13 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
     } else {
         None
     };
+    let sidecar_only_change = sidecar_only_change(inputs, &target_hash);
     Some(World {
         data: DataTier {
             statefulset: data_sts,
             replicas: u32::try_from(spec.replicas()).unwrap_or(0),
             target_hash,
-            // Not derived yet: a single-replica cluster restarts for a sidecar-only change too.
-            sidecar_only_change: false,
+            sidecar_only_change,
             recorded_master: if spec.sentinel_enabled() {
                 None
             } else {

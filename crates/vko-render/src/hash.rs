@@ -93,6 +93,40 @@ pub fn pod_spec_hash(template: &PodTemplateSpec) -> Result<String, RenderError> 
     Ok(digest_parts(&[canonical_json(&value).as_bytes()]))
 }
 
+/// Whether a pod created from a template with hash `pod_hash` differs from `target` only in
+/// the image of the containers that run `operator_image` (the sidecar and its init containers):
+/// `target` with those images set back to what the pod runs (`pod_images`: container name →
+/// image, init containers included) hashes to `pod_hash`, and at least one image differs. A
+/// single-replica cluster defers exactly this change (SidecarUpdatePending) instead of
+/// restarting its only pod.
+pub fn differs_only_in_operator_image(
+    target: &PodTemplateSpec,
+    operator_image: &str,
+    pod_images: &std::collections::BTreeMap<String, String>,
+    pod_hash: &str,
+) -> bool {
+    let mut template = target.clone();
+    let mut changed = false;
+    if let Some(spec) = template.spec.as_mut() {
+        let init = spec.init_containers.iter_mut().flatten();
+        for container in spec.containers.iter_mut().chain(init) {
+            if container.image.as_deref() != Some(operator_image) {
+                continue;
+            }
+            match pod_images.get(&container.name) {
+                Some(running) if running != operator_image => {
+                    container.image = Some(running.clone());
+                    changed = true;
+                }
+                Some(_) => {}
+                // The pod lacks a container the target has: more than an image changed.
+                None => return false,
+            }
+        }
+    }
+    changed && pod_spec_hash(&template).is_ok_and(|hash| hash == pod_hash)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -154,5 +188,63 @@ mod tests {
             annotations.insert("a".to_owned(), "2".to_owned());
         }
         assert_ne!(pod_spec_hash(&template).expect("hash"), before);
+    }
+
+    #[test]
+    fn an_operator_image_change_alone_is_told_apart_from_any_other_change() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec};
+        let template = |sidecar: &str, memory_env: &str| PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                init_containers: Some(vec![Container {
+                    name: "init".into(),
+                    image: Some(sidecar.into()),
+                    ..Container::default()
+                }]),
+                containers: vec![
+                    Container {
+                        name: "valkey".into(),
+                        image: Some("valkey/valkey:8.0".into()),
+                        args: Some(vec![memory_env.into()]),
+                        ..Container::default()
+                    },
+                    Container {
+                        name: "sidecar".into(),
+                        image: Some(sidecar.into()),
+                        ..Container::default()
+                    },
+                ],
+                ..PodSpec::default()
+            }),
+        };
+        let old = template("op:1", "a");
+        let old_hash = pod_spec_hash(&old).unwrap();
+        let running: BTreeMap<String, String> = [
+            ("init".to_owned(), "op:1".to_owned()),
+            ("valkey".to_owned(), "valkey/valkey:8.0".to_owned()),
+            ("sidecar".to_owned(), "op:1".to_owned()),
+        ]
+        .into();
+        // Only the operator image moved: deferred.
+        assert!(differs_only_in_operator_image(
+            &template("op:2", "a"),
+            "op:2",
+            &running,
+            &old_hash
+        ));
+        // The operator image and something else moved: a real template change.
+        assert!(!differs_only_in_operator_image(
+            &template("op:2", "b"),
+            "op:2",
+            &running,
+            &old_hash
+        ));
+        // Nothing moved in the images: not a sidecar-only change.
+        assert!(!differs_only_in_operator_image(
+            &template("op:1", "b"),
+            "op:1",
+            &running,
+            &old_hash
+        ));
     }
 }

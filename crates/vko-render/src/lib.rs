@@ -56,7 +56,10 @@ pub use conf::{
     TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY, quote_arg, split_args,
 };
 pub use error::RenderError;
-pub use hash::{canonical_json, config_hash, pod_spec_hash, tls_material_fingerprint};
+pub use hash::{
+    canonical_json, config_hash, differs_only_in_operator_image, pod_spec_hash,
+    tls_material_fingerprint,
+};
 pub use labels::{
     CONFIG_HASH_ANNOTATION, Component, METRICS_LABEL, OPERATOR_VERSION_ANNOTATION,
     POD_SPEC_HASH_ANNOTATION, common_labels, is_reserved_annotation_key, is_reserved_label_key,
