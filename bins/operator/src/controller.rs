@@ -26,6 +26,7 @@ use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
 use vko_valkey::TlsOptions;
 
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
+use crate::cache_sync::{self, SyncOutcome};
 use crate::dataplane::{self, DialConfig, MasterDecision, PodProbe};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -703,7 +704,23 @@ pub struct RunOptions {
     pub reporter_instance: Option<String>,
     /// Set once every store has listed.
     pub on_ready: Box<dyn FnOnce() + Send>,
+    /// How long the stores may take to list before the operator gives up (and stops).
+    pub cache_sync_timeout: Duration,
+    /// Filled with the stores still listing when `cache_sync_timeout` passed; `shutdown` is
+    /// cancelled then.
+    pub sync_failure: Arc<std::sync::OnceLock<Vec<&'static str>>>,
     pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// A store's initial list, for [`cache_sync::wait_for_stores`].
+fn store_wait<K>(name: &'static str, store: Store<K>) -> (&'static str, cache_sync::StoreWait)
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    (
+        name,
+        Box::pin(async move { store.wait_until_ready().await.is_ok() }),
+    )
 }
 
 /// Builds the watches and the Controller and runs it until `shutdown`.
@@ -754,24 +771,43 @@ pub async fn run(
         let stores = stores.clone();
         let valkeys = valkeys.clone();
         let on_ready = options.on_ready;
+        let timeout = options.cache_sync_timeout;
+        let sync_failure = options.sync_failure;
+        let shutdown = options.shutdown.clone();
         tokio::spawn(async move {
-            let waits = [
-                stores.service_accounts.wait_until_ready().await,
-                stores.roles.wait_until_ready().await,
-                stores.role_bindings.wait_until_ready().await,
-                stores.config_maps.wait_until_ready().await,
-                stores.services.wait_until_ready().await,
-                stores.statefulsets.wait_until_ready().await,
-                stores.pdbs.wait_until_ready().await,
-                stores.network_policies.wait_until_ready().await,
-                stores.deployments.wait_until_ready().await,
-                stores.pods.wait_until_ready().await,
-                stores.secrets.wait_until_ready().await,
-                valkeys.wait_until_ready().await,
+            let waits = vec![
+                store_wait("ServiceAccount", stores.service_accounts),
+                store_wait("Role", stores.roles),
+                store_wait("RoleBinding", stores.role_bindings),
+                store_wait("ConfigMap", stores.config_maps),
+                store_wait("Service", stores.services),
+                store_wait("StatefulSet", stores.statefulsets),
+                store_wait("PodDisruptionBudget", stores.pdbs),
+                store_wait("NetworkPolicy", stores.network_policies),
+                store_wait("Deployment", stores.deployments),
+                store_wait("Pod", stores.pods),
+                store_wait("Secret", stores.secrets),
+                store_wait("Valkey", valkeys),
             ];
-            if waits.iter().all(Result::is_ok) {
-                tracing::info!("every watch has listed; ready");
-                on_ready();
+            match cache_sync::wait_for_stores(waits, timeout, cache_sync::PENDING_LOG_INTERVAL)
+                .await
+            {
+                SyncOutcome::Ready => {
+                    tracing::info!("every watch has listed; ready");
+                    on_ready();
+                }
+                SyncOutcome::TimedOut { pending } => {
+                    tracing::error!(
+                        ?pending,
+                        timeout_seconds = timeout.as_secs(),
+                        "these stores have not listed within the cache sync timeout; stopping"
+                    );
+                    let _ = sync_failure.set(pending);
+                    shutdown.cancel();
+                }
+                SyncOutcome::Stopped { stores } => {
+                    tracing::debug!(?stores, "watches stopped before their initial list");
+                }
             }
         });
     }

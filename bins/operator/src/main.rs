@@ -1,6 +1,7 @@
 //! vko operator: a kube-runtime Controller over `Valkey` resources.
 
 mod apply;
+mod cache_sync;
 mod controller;
 mod dataplane;
 mod error;
@@ -26,6 +27,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
 use crate::metrics::Metrics;
+
+/// How long the controller may take to stop after shutdown. kube-runtime's Controller holds its
+/// reconcile runner until the `Valkey` store has listed, so a controller whose list never
+/// succeeds never returns from a graceful shutdown; past this the operator stops without it (and
+/// still releases the Lease) inside the chart's 30 s termination grace period.
+const CONTROLLER_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
@@ -62,6 +69,11 @@ struct Args {
     /// Namespace of the leader Lease (default: the pod's namespace, else `default`).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
+    /// How long the watches may take to list after leadership is taken (default as
+    /// controller-runtime's CacheSyncTimeout) (`120s`, `2m`, `1h`);
+    /// then the operator names the pending ones, releases the Lease and exits non-zero.
+    #[arg(long, env = "CACHE_SYNC_TIMEOUT", default_value = "120s", value_parser = cache_sync::parse_duration)]
+    cache_sync_timeout: std::time::Duration,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     log_format: LogFormat,
@@ -219,6 +231,7 @@ async fn main() -> anyhow::Result<()> {
             std::process::id()
         )
     });
+    let stop_renewing = CancellationToken::new();
     let elector = if args.leader_elect {
         let namespace = args
             .leader_election_namespace
@@ -234,8 +247,14 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%identity, "leading");
         let lost = shutdown.clone();
         let holder = elector.clone();
+        let stop = stop_renewing.clone();
         tokio::spawn(async move {
-            holder.hold().await;
+            // Renew while the controller may still reconcile, but not after `release` (a renewal
+            // then would take the Lease back).
+            tokio::select! {
+                _ = holder.hold() => {}
+                _ = stop.cancelled() => return,
+            }
             if !lost.is_cancelled() {
                 tracing::error!("lost the leader Lease; stopping");
                 lost.cancel();
@@ -258,7 +277,8 @@ async fn main() -> anyhow::Result<()> {
         "starting the controller"
     );
     let ready_flag = ready.clone();
-    controller::run(
+    let sync_failure = Arc::new(OnceLock::new());
+    let controller = controller::run(
         client,
         metrics_slot,
         RunOptions {
@@ -266,12 +286,26 @@ async fn main() -> anyhow::Result<()> {
             concurrency: args.max_concurrent_reconciles,
             reporter_instance: Some(identity),
             on_ready: Box::new(move || ready_flag.store(true, Ordering::SeqCst)),
+            cache_sync_timeout: args.cache_sync_timeout,
+            sync_failure: sync_failure.clone(),
             shutdown: shutdown.clone(),
         },
-    )
-    .await;
+    );
+    tokio::pin!(controller);
+    let stop_grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(CONTROLLER_STOP_GRACE).await;
+    };
+    tokio::select! {
+        _ = &mut controller => {}
+        _ = stop_grace => tracing::warn!(
+            grace_seconds = CONTROLLER_STOP_GRACE.as_secs(),
+            "the controller did not stop in time after shutdown; stopping without it"
+        ),
+    }
     ready.store(false, Ordering::SeqCst);
     shutdown.cancel();
+    stop_renewing.cancel();
     if let Some(elector) = elector {
         elector.release().await;
     }
@@ -281,6 +315,15 @@ async fn main() -> anyhow::Result<()> {
             Ok(Err(error)) => tracing::warn!(%error, "HTTP server failed"),
             Err(error) => tracing::warn!(%error, "HTTP server task failed"),
         }
+    }
+    // Non-zero so the kubelet restarts the pod: a fresh process (new connections, new watches)
+    // instead of a leader that holds the Lease without ever becoming ready.
+    if let Some(pending) = sync_failure.get() {
+        anyhow::bail!(
+            "the watches of {} did not list within {}s",
+            pending.join(", "),
+            args.cache_sync_timeout.as_secs()
+        );
     }
     Ok(())
 }
@@ -313,6 +356,10 @@ mod tests {
         assert_eq!(args.health_bind_address, ":8081");
         assert!(!args.leader_elect);
         assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.cache_sync_timeout, std::time::Duration::from_secs(120));
+        let args = Args::parse_from(["vko-operator", "--cache-sync-timeout", "5m"]);
+        assert_eq!(args.cache_sync_timeout, std::time::Duration::from_secs(300));
+        assert!(Args::try_parse_from(["vko-operator", "--cache-sync-timeout", "0"]).is_err());
         let args = Args::parse_from(["vko-operator", "--leader-elect", "--log-format", "text"]);
         assert!(args.leader_elect);
         assert_eq!(args.log_format, LogFormat::Text);

@@ -1,8 +1,12 @@
 //! `/metrics`: the reference's `vko_valkey_*` series, computed at scrape time from the `Valkey`
 //! reflector store (nothing is written from inside a reconcile except the error counter).
+//! `vko_valkey_collector_success` says whether that store could be read: `0` before the store has
+//! listed (a standby that does not lead, a leader still listing), so the chart's alerts read
+//! "unknown" instead of "healthy" for an empty store.
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -24,7 +28,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Registers every series. `valkeys` is read at scrape time; `None` until the controller
-    /// exists (then only the operator's own series are emitted).
+    /// exists (then only the operator's own series and a collector success of `0` are emitted).
     pub fn new(valkeys: Option<Store<Valkey>>, version: &str) -> Metrics {
         let mut registry = Registry::default();
         let reconcile_errors = Family::<Labels, Counter>::default();
@@ -37,16 +41,17 @@ impl Metrics {
         registry.register("vko_reconciles", "Reconcile passes run", reconciles.clone());
         let build_info = Family::<Labels, Gauge>::default();
         build_info
-            .get_or_create(&vec![("version", version.to_owned())])
+            .get_or_create(&vec![
+                ("version", version.to_owned()),
+                ("commit", BUILD_COMMIT.to_owned()),
+            ])
             .set(1);
         registry.register(
             "vko_operator_build_info",
             "The running operator",
             build_info,
         );
-        if let Some(valkeys) = valkeys {
-            registry.register_collector(Box::new(ValkeyCollector { valkeys }));
-        }
+        registry.register_collector(Box::new(ValkeyCollector { valkeys }));
         Metrics {
             registry,
             reconcile_errors,
@@ -62,9 +67,27 @@ impl Metrics {
     }
 }
 
+/// The commit the binary was built from, when the build set `VKO_GIT_COMMIT`.
+const BUILD_COMMIT: &str = match option_env!("VKO_GIT_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+
 #[derive(Debug)]
 struct ValkeyCollector {
-    valkeys: Store<Valkey>,
+    valkeys: Option<Store<Valkey>>,
+}
+
+impl ValkeyCollector {
+    /// The resources, or `None` when the store has not listed yet (or its watch stopped before).
+    fn read(&self) -> Option<Vec<Arc<Valkey>>> {
+        let store = self.valkeys.as_ref()?;
+        // Resolves on the first poll once the store has listed; pending (None) before.
+        match store.wait_until_ready().now_or_never() {
+            Some(Ok(())) => Some(store.state()),
+            Some(Err(_)) | None => None,
+        }
+    }
 }
 
 fn gauge(
@@ -165,7 +188,17 @@ fn families(valkeys: &[Arc<Valkey>]) -> Vec<(&'static str, &'static str, Family<
 
 impl prometheus_client::collector::Collector for ValkeyCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for (name, help, family) in families(&self.valkeys.state()) {
+        let valkeys = self.read();
+        let success = Gauge::<i64>::default();
+        success.set(i64::from(valkeys.is_some()));
+        let metric = encoder.encode_descriptor(
+            "vko_valkey_collector_success",
+            "1 when this scrape could read the Valkey resources (the watch has listed), 0 when not",
+            None,
+            success.metric_type(),
+        )?;
+        success.encode(metric)?;
+        for (name, help, family) in families(&valkeys.unwrap_or_default()) {
             gauge(&mut encoder, name, help, &family)?;
         }
         Ok(())
@@ -190,6 +223,7 @@ mod tests {
                     "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 2}]}
         }))
         .unwrap();
+        writer.apply_watcher_event(&watcher::Event::InitDone);
         writer.apply_watcher_event(&watcher::Event::Apply(valkey));
         let metrics = Metrics::new(Some(reader), "9.9.9");
         metrics
@@ -205,10 +239,75 @@ mod tests {
             r#"vko_valkey_metadata_generation{namespace="ns",name="a"} 2"#,
             r#"vko_valkey_status_observed_generation{namespace="ns",name="a"} 2"#,
             r#"vko_valkey_operator_version_info{namespace="ns",name="a",version="0.1.0"} 1"#,
-            r#"vko_operator_build_info{version="9.9.9"} 1"#,
+            r#"vko_operator_build_info{version="9.9.9",commit="unknown"} 1"#,
+            "vko_valkey_collector_success 1",
             r#"vko_reconcile_errors_total{reason="ForeignObject"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
+    }
+
+    fn valkey(namespace: &str, name: &str, phase: &str, ready: u32) -> Valkey {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": name, "namespace": namespace, "generation": 1},
+            "spec": {"replicas": 3, "image": "valkey/valkey:8.0"},
+            "status": {"phase": phase, "readyReplicas": ready}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_valkey_gets_its_own_series() {
+        let (reader, mut writer) = store::<Valkey>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(valkey("a", "one", "OK", 3)));
+        writer.apply_watcher_event(&watcher::Event::InitApply(valkey("b", "two", "Pending", 1)));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let text = Metrics::new(Some(reader), "1.0.0").encode().unwrap();
+        for line in [
+            "vko_valkey_collector_success 1",
+            r#"vko_valkey_status_phase{namespace="a",name="one",phase="OK"} 1"#,
+            r#"vko_valkey_status_phase{namespace="b",name="two",phase="Pending"} 1"#,
+            r#"vko_valkey_status_ready_replicas{namespace="a",name="one"} 3"#,
+            r#"vko_valkey_status_ready_replicas{namespace="b",name="two"} 1"#,
+            r#"vko_valkey_spec_replicas{namespace="b",name="two"} 3"#,
+            r#"vko_valkey_status_observed_generation{namespace="b",name="two"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        // One phase series per resource: its current phase only.
+        assert_eq!(text.matches("vko_valkey_status_phase{").count(), 2);
+    }
+
+    #[test]
+    fn the_collector_fails_until_the_store_has_listed() {
+        let without_store = Metrics::new(None, "1.0.0").encode().unwrap();
+        assert!(without_store.contains("vko_valkey_collector_success 0\n"));
+        assert!(
+            without_store
+                .contains(r#"vko_operator_build_info{version="1.0.0",commit="unknown"} 1"#)
+        );
+
+        let (reader, mut writer) = store::<Valkey>();
+        let metrics = Metrics::new(Some(reader), "1.0.0");
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(valkey("a", "one", "OK", 3)));
+        let listing = metrics.encode().unwrap();
+        assert!(
+            listing.contains("vko_valkey_collector_success 0\n"),
+            "{listing}"
+        );
+        assert!(!listing.contains("vko_valkey_status_phase{"), "{listing}");
+
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let listed = metrics.encode().unwrap();
+        assert!(
+            listed.contains("vko_valkey_collector_success 1\n"),
+            "{listed}"
+        );
+        assert!(
+            listed.contains(r#"vko_valkey_status_phase{namespace="a",name="one",phase="OK"} 1"#)
+        );
     }
 }
