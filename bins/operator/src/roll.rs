@@ -177,12 +177,7 @@ fn sidecar_only_change(inputs: &RollInputs<'_>, target_hash: &str) -> bool {
         .chain(init)
         .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
         .collect();
-    vko_render::differs_only_in_operator_image(
-        template,
-        inputs.operator_image,
-        &running,
-        &pod_hash,
-    )
+    vko_render::differs_only_in_operator_image(template, inputs.operator_image, &running, &pod_hash)
 }
 
 /// Whether a roll could be in flight or due: something recorded, or a pod that does not carry

@@ -482,7 +482,10 @@ mod tests {
         };
         let verdict = data_plane_verdict(&undiscovered);
         assert_eq!(verdict.phase, Phase::Syncing);
-        assert_eq!(verdict.message, "Sentinel has not discovered replica a-1 yet");
+        assert_eq!(
+            verdict.message,
+            "Sentinel has not discovered replica a-1 yet"
+        );
 
         let unreachable = Snapshot {
             probes: vec![probe(0, ProbeState::Unreachable("timed out".into()))],
