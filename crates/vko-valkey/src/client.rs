@@ -649,6 +649,27 @@ impl ValkeyClient {
         self.conn.call(call).await?.expect_ok("SET")
     }
 
+    /// `SET key value PX ms`: the key expires after `ttl` (at least 1 ms).
+    pub async fn set_with_expiry(&self, key: &str, value: &[u8], ttl: Duration) -> Result<()> {
+        let call = vec![
+            Value::from("SET".to_owned()),
+            Value::from(key.to_owned()),
+            Value::from(Box::<[u8]>::from(value)),
+            Value::from("PX".to_owned()),
+            Value::from(ms(ttl.max(Duration::from_millis(1)))),
+        ];
+        self.conn.call(call).await?.expect_ok("SET PX")
+    }
+
+    /// `SELECT db`: later calls on this client use database `db`. The client never reconnects,
+    /// so the selection holds for its whole life.
+    pub async fn select(&self, db: u32) -> Result<()> {
+        self.conn
+            .call(args(["SELECT".to_owned(), db.to_string()]))
+            .await?
+            .expect_ok("SELECT")
+    }
+
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         match self.conn.call(args(["GET", key])).await? {
             Reply::Nil => Ok(None),

@@ -64,6 +64,33 @@ async fn standalone_calls() {
 }
 
 #[tokio::test]
+async fn select_keeps_databases_apart_and_set_with_expiry_expires() {
+    let server = Server::start(&[]);
+    let db0 = server.client().await;
+    db0.set("k", b"in db 0").await.unwrap();
+    let db15 = server.client().await;
+    db15.select(15).await.unwrap();
+    assert_eq!(db15.get("k").await.unwrap(), None);
+    db15.set_with_expiry("k", b"in db 15", Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(db15.get("k").await.unwrap(), Some(b"in db 15".to_vec()));
+    // Only db 15 holds the expiring key; db 0's key is untouched.
+    let ttl = db15.command(["PTTL", "k"]).await.unwrap().as_int().unwrap();
+    assert!((1..=300).contains(&ttl), "PTTL {ttl}");
+    assert_eq!(db0.command(["PTTL", "k"]).await.unwrap(), Reply::Int(-1));
+    eventually(
+        "the key in db 15 expires",
+        Duration::from_secs(3),
+        || async { db15.get("k").await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    assert_eq!(db0.get("k").await.unwrap(), Some(b"in db 0".to_vec()));
+    let err = db15.select(16).await.unwrap_err();
+    assert_eq!(err.reason(), "ServerError", "{err}");
+}
+
+#[tokio::test]
 async fn closing_or_dropping_a_client_closes_its_connection() {
     let server = Server::start(&[]);
     let observer = server.client().await;
