@@ -122,9 +122,8 @@ pub struct RunArgs {
     pub tls: TlsArgs,
 }
 
-/// The env var with the password. Same value as `vko_render::pod::PASSWORD_ENV`, which
-/// vko-render does not export (its `pod` module is private).
-pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+/// The env var with the password, as vko-render puts it on the containers.
+pub use vko_render::PASSWORD_ENV;
 
 /// `VALKEY_PASSWORD`, when set and non-empty.
 pub fn password_from_env() -> Option<String> {
