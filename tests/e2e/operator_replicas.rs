@@ -12,7 +12,6 @@
 mod operator_support;
 
 #[path = "ha_support.rs"]
-#[allow(dead_code)]
 mod ha_support;
 
 use std::process::Command;
