@@ -113,6 +113,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 testbed::cargo(&["test", "--workspace", "--no-fail-fast"])
             });
         }
+        // The style gate of the project: a lint failure fails the run but does not hide the tests.
+        steps.run("lint: cargo fmt --check, cargo clippy -D warnings", || {
+            testbed::cargo(&["fmt", "--all", "--", "--check"])?;
+            testbed::cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--features",
+                "vko-e2e/e2e",
+                "--",
+                "-D",
+                "warnings",
+            ])
+        });
         let testbed_up = steps.run("testbed up", || {
             // Someone started a testbed while we were building: leave it alone (no `down` below).
             if let Err(error) = testbed::refuse_if_running(&Paths::from_env()) {
