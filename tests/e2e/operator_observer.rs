@@ -1,8 +1,9 @@
 //! The Cluster Observer on the testbed: a 3 data + 3 Sentinel Valkey with `spec.observer.enabled`
 //! reaches OK and its observer pod (the workspace's `vko-observer`, through the testbed's
 //! `vko.local/vko` image mapping) becomes Ready; `/readyz` answers 200 with every check passing and
-//! `/metrics` carries the observer's series. A replica cut off the network turns `/readyz` into 503
-//! naming `replicaSyncFailure` and the pod NotReady; healed, both recover. A second Valkey with
+//! `/metrics` carries the observer's series, and the operator sets `status.observerReady`. A replica
+//! cut off the network turns `/readyz` into 503 naming `replicaSyncFailure`, the pod NotReady and
+//! `status.observerReady` false; healed, all recover. A second Valkey with
 //! `unreadyWhen.sentinelUnreachable: false` stays ready while a paused Sentinel fails that check
 //! (reported in the JSON and logged), and the check recovers when the Sentinel resumes.
 //!
@@ -173,6 +174,24 @@ async fn wait_ok(client: &kube::Client, ns: &str, name: &str, replicas: i32) -> 
     Ok(())
 }
 
+async fn wait_observer_ready_status(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    ready: bool,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(
+        &valkeys,
+        name,
+        &format!("{name} status.observerReady = {ready}"),
+        Duration::from_secs(60),
+        |v| v.status.as_ref().and_then(|s| s.observer_ready) == Some(ready),
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replica() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -198,6 +217,9 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         .await
         .unwrap();
     eprintln!("observer pod {pod} at {ip} is Ready");
+    wait_observer_ready_status(&client, &ns, name, true)
+        .await
+        .unwrap();
 
     // Every check passes and the body says so, check by check.
     let (_, body) = readyz_until(
@@ -290,6 +312,10 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     observer_pod(&client, &ns, name, false, Duration::from_secs(90))
         .await
         .unwrap();
+    // The operator reports it on the Valkey.
+    wait_observer_ready_status(&client, &ns, name, false)
+        .await
+        .unwrap();
 
     testbed
         .fault(Fault::Heal {
@@ -307,6 +333,9 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     .await
     .unwrap();
     observer_pod(&client, &ns, name, true, Duration::from_secs(90))
+        .await
+        .unwrap();
+    wait_observer_ready_status(&client, &ns, name, true)
         .await
         .unwrap();
     let (_, metrics) = http_get(&ip, "/metrics").await.unwrap();

@@ -530,6 +530,14 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         authority_note,
         blocked,
         roll: roll_step.as_ref().map(|step| step.decision.clone()),
+        observer_ready: status::observer_ready(
+            spec.observer_enabled(),
+            ctx.stores
+                .deployments
+                .get(&ObjectRef::new(&names.observer()).within(&namespace))
+                .as_deref(),
+            &uid,
+        ),
     };
     let current = valkey.status.as_ref();
     let next = status::desired_status(current, &snapshot, OPERATOR_VERSION, Time(Timestamp::now()));

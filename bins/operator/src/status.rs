@@ -43,6 +43,36 @@ pub struct Snapshot {
     /// The rolling update's step in this pass (`None`: the roll was not evaluated, so the
     /// recorded roll state stays as it is).
     pub roll: Option<vko_roll::Decision>,
+    /// `status.observerReady`: `None` without an observer.
+    pub observer_ready: Option<bool>,
+}
+
+/// `status.observerReady` from the observer Deployment under its generated name: ready only
+/// when this Valkey controls it and at least one of its pods is ready (the observer's
+/// readiness is its last health verdict). A foreign or missing Deployment reads as not ready.
+pub fn observer_ready(
+    enabled: bool,
+    deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
+    valkey_uid: &str,
+) -> Option<bool> {
+    if !enabled {
+        return None;
+    }
+    let Some(deployment) = deployment else {
+        return Some(false);
+    };
+    let controlled = deployment
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true) && owner.uid == valkey_uid);
+    let ready = deployment
+        .status
+        .as_ref()
+        .and_then(|status| status.ready_replicas)
+        .unwrap_or(0);
+    Some(controlled && ready > 0)
 }
 
 /// The data-plane verdict of a snapshot, before the blocked override.
@@ -288,7 +318,7 @@ pub fn desired_status(
     ValkeyStatus {
         ready_replicas: Some(snapshot.ready_pods),
         master_pod,
-        observer_ready: current.and_then(|status| status.observer_ready),
+        observer_ready: snapshot.observer_ready,
         phase: Some(phase),
         message: Some(message),
         conditions: Some(conditions),
@@ -436,7 +466,57 @@ mod tests {
             authority_note: None,
             blocked: None,
             roll: None,
+            observer_ready: None,
         }
+    }
+
+    #[test]
+    fn observer_ready_needs_our_deployment_with_a_ready_pod() {
+        use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+        let deployment = |controller_uid: &str, ready: Option<i32>| Deployment {
+            metadata: ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    uid: controller_uid.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            status: Some(DeploymentStatus {
+                ready_replicas: ready,
+                ..DeploymentStatus::default()
+            }),
+            ..Deployment::default()
+        };
+        let ours_ready = deployment("uid-1", Some(1));
+        assert_eq!(observer_ready(false, Some(&ours_ready), "uid-1"), None);
+        assert_eq!(observer_ready(true, None, "uid-1"), Some(false));
+        assert_eq!(observer_ready(true, Some(&ours_ready), "uid-1"), Some(true));
+        assert_eq!(
+            observer_ready(true, Some(&deployment("uid-1", Some(0))), "uid-1"),
+            Some(false)
+        );
+        assert_eq!(
+            observer_ready(true, Some(&deployment("uid-1", None)), "uid-1"),
+            Some(false)
+        );
+        // A foreign Deployment under the generated name is never reported as our observer.
+        assert_eq!(
+            observer_ready(true, Some(&deployment("someone-else", Some(1))), "uid-1"),
+            Some(false)
+        );
+        // The status carries the snapshot's value, also back to unset.
+        let mut snapshot = standalone_ok();
+        snapshot.observer_ready = Some(true);
+        let now = at(0);
+        let with = desired_status(None, &snapshot, "v", now.clone());
+        assert_eq!(with.observer_ready, Some(true));
+        snapshot.observer_ready = None;
+        assert_eq!(
+            desired_status(Some(&with), &snapshot, "v", now).observer_ready,
+            None
+        );
     }
 
     #[test]
