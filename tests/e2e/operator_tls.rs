@@ -1,0 +1,766 @@
+//! TLS end to end with a user-provided Secret (`spec.tls.secretName`), on the testbed.
+//!
+//! The test issues its own CA and one server/client certificate (rcgen) whose SANs cover the data
+//! and Sentinel pod host names (`*.<headless>.<ns>.svc.cluster.local`), the Service names and
+//! localhost, and then:
+//! - creates a 3 data + 3 Sentinel `Valkey` with `tls: {enabled: true, secretName}` BEFORE the
+//!   Secret exists: `ReconcileBlocked=True/SecretMissing` and a Warning Event name the Secret, no
+//!   StatefulSet is made; creating the Secret alone brings the cluster to PHASE OK;
+//! - asserts the documented port behaviour (reference "TLS Details" / "Port Summary": the plaintext
+//!   ports 6379 and 26379 are disabled, port 0, without `allowUnencrypted`): a plain connection to
+//!   6379 / 26379 is refused and plain RESP on 16379 gets no reply; a TLS client verifying the CA
+//!   (vko-valkey with `TlsOptions`, the pod's DNS name as server name) writes to the master and
+//!   reads on both replicas; a client trusting another CA is refused; every data pod runs
+//!   `tls-replication yes`; the master lists both replicas by host name; each Sentinel answers on
+//!   36379 over TLS and names master, replicas and peers by host name only;
+//! - deletes the master pod gracefully under a TLS writer doing plain `SET` (re-resolving the
+//!   master through Sentinel over TLS on any error): a new master, 0 OK'd writes lost, and the
+//!   cluster whole again (the old pod rejoins as a replica over TLS).
+//!
+//! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+#[path = "operator_support.rs"]
+mod operator_support;
+
+#[path = "ha_support.rs"]
+mod ha_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use ha_support::{Pods, ROLE_LABEL, WriteLog, contains_ipv4, dump_container_logs, endpoint_pods};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use operator_support::{condition, install_crd, operator, wait_for_valkey};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use vko_api::{Phase, Valkey};
+use vko_render::Names;
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_valkey::parse::ReplicationRole;
+use vko_valkey::{ConnectOptions, Reply, SentinelClient, TlsOptions, ValkeyClient};
+
+const NAME: &str = "vt";
+const SECRET: &str = "vt-user-certs";
+const DOMAIN: &str = "cluster.local";
+const TLS_PORT: u16 = 16379;
+const PLAIN_PORT: u16 = 6379;
+const SENTINEL_TLS_PORT: u16 = 36379;
+const SENTINEL_PLAIN_PORT: u16 = 26379;
+
+/// PEM material of the Secret.
+struct Material {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+fn ca_params(common_name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+}
+
+/// A fresh CA and one certificate for every data and Sentinel host name of `NAME` in `ns`, with
+/// both the serverAuth and clientAuth usages (the servers verify a presented client certificate).
+fn issue(ns: &str) -> anyhow::Result<Material> {
+    let names = Names::new(NAME, ns, DOMAIN)?;
+    let ca_key = KeyPair::generate()?;
+    let ca_params = ca_params("vko-e2e user CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{NAME}.{ns}"));
+    let mut dns = vec!["localhost".to_owned()];
+    for service in [names.headless_service(), names.sentinel_headless_service()] {
+        dns.push(format!("*.{}", names.service_fqdn(&service)));
+    }
+    for service in [
+        names.headless_service(),
+        names.sentinel_headless_service(),
+        names.rw_service(),
+        names.r_service(),
+        names.all_service(),
+    ] {
+        dns.push(names.service_fqdn(&service));
+        dns.push(format!("{service}.{ns}.svc"));
+        dns.push(service);
+    }
+    let mut sans = vec![SanType::IpAddress(std::net::IpAddr::V4(
+        std::net::Ipv4Addr::LOCALHOST,
+    ))];
+    for name in dns {
+        sans.push(SanType::DnsName(name.try_into()?));
+    }
+    params.subject_alt_names = sans;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(Material {
+        ca: ca.pem(),
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+/// How the test dials: pod IP, certificate verified against the pod's DNS name.
+#[derive(Clone)]
+struct Dial {
+    ca: Vec<u8>,
+    names: Names,
+}
+
+impl Dial {
+    fn options(&self, ip: &str, port: u16, server_name: String) -> ConnectOptions {
+        let mut options = ConnectOptions::new(ip, port);
+        options.connect_timeout = Duration::from_secs(3);
+        options.command_timeout = Duration::from_secs(3);
+        options.tls = Some(TlsOptions {
+            ca_pem: self.ca.clone(),
+            client_cert_pem: None,
+            client_key_pem: None,
+            server_name: Some(server_name),
+        });
+        options
+    }
+
+    fn fqdn(&self, pod: &str) -> String {
+        let service = if pod.starts_with(&format!("{NAME}-sentinel-")) {
+            self.names.sentinel_headless_service()
+        } else {
+            self.names.headless_service()
+        };
+        format!("{pod}.{}", self.names.service_fqdn(&service))
+    }
+
+    async fn valkey(&self, pods: &Pods, pod: &str) -> anyhow::Result<ValkeyClient> {
+        let ip = pods.ip(pod).with_context(|| format!("{pod} has no IP"))?;
+        ValkeyClient::connect(&self.options(&ip, TLS_PORT, self.fqdn(pod)))
+            .await
+            .with_context(|| format!("TLS connect to {pod}"))
+    }
+
+    async fn sentinel(&self, pods: &Pods, pod: &str) -> anyhow::Result<SentinelClient> {
+        let ip = pods.ip(pod).with_context(|| format!("{pod} has no IP"))?;
+        SentinelClient::connect(&self.options(&ip, SENTINEL_TLS_PORT, self.fqdn(pod)))
+            .await
+            .with_context(|| format!("TLS connect to sentinel {pod}"))
+    }
+
+    /// The master pod as the first Sentinel that answers (over TLS) names it; the port must be
+    /// the TLS port.
+    async fn sentinel_master(&self, pods: &Pods) -> anyhow::Result<String> {
+        let mut last = None;
+        for sentinel in pods.names_with_prefix(&format!("{NAME}-sentinel-")) {
+            let answer = async {
+                let client = self.sentinel(pods, &sentinel).await?;
+                client
+                    .get_master_addr_by_name(NAME)
+                    .await?
+                    .context("no master known")
+            }
+            .await;
+            match answer {
+                Ok((host, port)) => {
+                    ensure!(port == TLS_PORT, "{sentinel} names port {port}");
+                    return Ok(host.split('.').next().unwrap_or_default().to_owned());
+                }
+                Err(error) => last = Some(format!("{sentinel}: {error:#}")),
+            }
+        }
+        bail!("no Sentinel named the master over TLS (last: {last:?})")
+    }
+}
+
+fn is_ok(v: &Valkey) -> bool {
+    v.status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
+}
+
+/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
+async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() >= deadline => {
+                bail!("{what}: not within {timeout:?}; last: {error:#}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// A plain TCP connection to `ip:port` is refused (nothing listens there).
+async fn plain_refused(ip: &str, port: u16) -> anyhow::Result<()> {
+    match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect((ip, port))).await {
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Ok(Err(error)) => bail!("{ip}:{port}: expected a refusal, got {error}"),
+        Ok(Ok(_)) => bail!("{ip}:{port} accepted a plain-text connection"),
+        Err(_) => bail!("{ip}:{port}: connect timed out instead of being refused"),
+    }
+}
+
+/// Plain-text RESP on the TLS port gets no RESP reply (the server waits for a TLS handshake and
+/// drops the connection).
+async fn plain_resp_gets_no_reply(ip: &str, port: u16) -> anyhow::Result<()> {
+    let mut stream = TcpStream::connect((ip, port)).await?;
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").await?;
+    let mut buffer = vec![0u8; 256];
+    let read = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buffer)).await;
+    if let Ok(Ok(n)) = read {
+        let text = String::from_utf8_lossy(&buffer[..n]);
+        ensure!(
+            !text.starts_with('+') && !text.starts_with('-'),
+            "{ip}:{port} answered plain RESP: {text:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A writer over TLS: plain `SET` to whoever Sentinel (over TLS) names master, re-resolving on
+/// any error.
+struct TlsWriter {
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsWriter {
+    fn start(client: kube::Client, ns: String, dial: Dial, prefix: &str) -> TlsWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(WriteLog::default()));
+        let task = tokio::spawn(tls_write_loop(
+            client,
+            ns,
+            dial,
+            prefix.to_owned(),
+            stop.clone(),
+            log.clone(),
+        ));
+        TlsWriter { stop, log, task }
+    }
+
+    async fn acked(&self) -> usize {
+        self.log.lock().await.acked.len()
+    }
+
+    async fn wait_for(&self, at_least: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.acked().await < at_least {
+            ensure!(
+                Instant::now() < deadline,
+                "the TLS writer made no progress (errors: {:?})",
+                self.log.lock().await.errors
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn stop(self) -> WriteLog {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.task.await;
+        std::mem::take(&mut *self.log.lock().await)
+    }
+}
+
+async fn note_error(log: &Mutex<WriteLog>, error: String) {
+    let mut log = log.lock().await;
+    log.error_count += 1;
+    if log.errors.len() < 20 {
+        log.errors.push(error);
+    }
+}
+
+async fn tls_write_loop(
+    client: kube::Client,
+    ns: String,
+    dial: Dial,
+    prefix: String,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+) {
+    let mut sequence = 0u64;
+    let mut conn: Option<(ValkeyClient, String)> = None;
+    while !stop.load(Ordering::SeqCst) {
+        if conn.is_none() {
+            let resolved = async {
+                let pods = Pods::list(&client, &ns).await?;
+                let master = dial.sentinel_master(&pods).await?;
+                Ok::<_, anyhow::Error>((dial.valkey(&pods, &master).await?, master))
+            }
+            .await;
+            match resolved {
+                Ok(found) => conn = Some(found),
+                Err(error) => {
+                    note_error(&log, format!("resolve: {error:#}")).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let Some((valkey, master)) = conn.as_ref() else {
+            continue;
+        };
+        sequence += 1;
+        let key = format!("{prefix}:{sequence}");
+        match valkey.set(&key, b"v").await {
+            Ok(()) => {
+                let mut log = log.lock().await;
+                if log.masters.last().is_none_or(|(_, m)| m != master) {
+                    let index = log.ok_times.len();
+                    log.masters.push((index, master.clone()));
+                }
+                log.acked.push(key);
+                log.ok_times.push(Instant::now());
+            }
+            Err(error) => {
+                note_error(&log, format!("SET: {error}")).await;
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Which of `keys` the server does not hold (EXISTS in batches, over TLS).
+async fn missing_keys(valkey: &ValkeyClient, keys: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut missing = Vec::new();
+    for batch in keys.chunks(500) {
+        let mut args = vec!["EXISTS".to_owned()];
+        args.extend(batch.iter().cloned());
+        let count = valkey.command(args).await?;
+        if count != Reply::Int(i64::try_from(batch.len())?) {
+            for key in batch {
+                if valkey.command(["EXISTS", key.as_str()]).await? != Reply::Int(1) {
+                    missing.push(key.clone());
+                }
+            }
+        }
+    }
+    Ok(missing)
+}
+
+async fn warning_events(client: &kube::Client, ns: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect()
+}
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Without its Secret the cluster is held back and says so; the Secret's creation alone
+/// brings it to OK. Returns how long that took.
+async fn secret_missing_then_created(
+    client: &kube::Client,
+    ns: &str,
+    material: &Material,
+) -> anyhow::Result<Duration> {
+    apply_yaml(
+        client,
+        ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}, tls: {{enabled: true, secretName: {SECRET}}}}}\n"
+        ),
+    )
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let valkey = wait_for_valkey(
+        &valkeys,
+        NAME,
+        "ReconcileBlocked=True/SecretMissing",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked")
+                .is_some_and(|(status, reason, _)| status == "True" && reason == "SecretMissing")
+        },
+    )
+    .await?;
+    let (_, _, message) =
+        condition(&valkey, "ReconcileBlocked").context("ReconcileBlocked vanished")?;
+    ensure!(message.contains(SECRET), "{message}");
+    eprintln!("without the Secret: ReconcileBlocked/SecretMissing: {message}");
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    ensure!(
+        sts.get_opt(NAME).await?.is_none(),
+        "a data StatefulSet exists before its TLS Secret"
+    );
+    wait_until(
+        "a SecretMissing Warning Event naming the TLS Secret",
+        TIMEOUT,
+        || async move {
+            Ok(warning_events(client, ns)
+                .await
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("SecretMissing")
+                        && e.note.as_deref().is_some_and(|n| n.contains(SECRET))
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": SECRET},
+        "type": "kubernetes.io/tls",
+        "stringData": {
+            "tls.crt": material.cert,
+            "tls.key": material.key,
+            "ca.crt": material.ca,
+        }
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    let created = Instant::now();
+    wait_for_valkey(
+        &valkeys,
+        NAME,
+        "3 data pods ready and OK after the TLS Secret appeared",
+        Duration::from_secs(300),
+        is_ok,
+    )
+    .await?;
+    let took = created.elapsed();
+    let valkey = valkeys.get(NAME).await?;
+    ensure!(
+        condition(&valkey, "ReconcileBlocked").is_some_and(|(status, _, _)| status == "False"),
+        "ReconcileBlocked still {:?}",
+        condition(&valkey, "ReconcileBlocked")
+    );
+    Ok(took)
+}
+
+/// The data plane speaks TLS only, replicates over TLS, and Sentinel answers over TLS naming
+/// host names only. Returns the master pod.
+async fn serves_tls_only(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow::Result<String> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let master = valkeys
+        .get(NAME)
+        .await?
+        .status
+        .and_then(|s| s.master_pod)
+        .context("no status.masterPod")?;
+    // Sentinel (over TLS) agrees, the master has both replicas online, and every Sentinel lists
+    // both replicas (what OK already requires; re-checked here over TLS).
+    let pods = eventually(
+        Duration::from_secs(120),
+        "Sentinel names the recorded master, which has 2 replicas",
+        || async {
+            let pods = Pods::list(client, ns).await?;
+            let named = dial.sentinel_master(&pods).await?;
+            ensure!(named == master, "Sentinel names {named}, status {master}");
+            let replication = dial
+                .valkey(&pods, &master)
+                .await?
+                .info_replication()
+                .await?;
+            ensure!(
+                replication.connected_replicas == 2,
+                "{master}: {} replicas",
+                replication.connected_replicas
+            );
+            Ok(pods)
+        },
+    )
+    .await?;
+
+    // Exactly one master label, on the master.
+    let data_pods = pods.names_with_prefix(&format!("{NAME}-"));
+    ensure!(data_pods.len() == 3, "data pods {data_pods:?}");
+    let labelled: Vec<&String> = data_pods
+        .iter()
+        .filter(|pod| {
+            pods.by_name
+                .get(*pod)
+                .and_then(|p: &Pod| p.metadata.labels.as_ref())
+                .and_then(|l| l.get(ROLE_LABEL))
+                .map(String::as_str)
+                == Some("master")
+        })
+        .collect();
+    ensure!(labelled == [&master], "master labels on {labelled:?}");
+    let rw = endpoint_pods(client, ns, &dial.names.rw_service()).await?;
+    ensure!(rw == [master.clone()], "-rw endpoints {rw:?}");
+
+    // The documented ports: the plain ones are closed, the TLS ones speak only TLS.
+    for pod in &data_pods {
+        let ip = pods.ip(pod).context("no IP")?;
+        plain_refused(&ip, PLAIN_PORT).await?;
+        plain_resp_gets_no_reply(&ip, TLS_PORT).await?;
+        let valkey = dial.valkey(&pods, pod).await?;
+        let config = valkey.config_get("*port").await?;
+        ensure!(
+            config.get("port").map(String::as_str) == Some("0")
+                && config.get("tls-port").map(String::as_str) == Some("16379"),
+            "{pod}: {config:?}"
+        );
+        let replication = valkey.config_get("tls-replication").await?;
+        ensure!(
+            replication.get("tls-replication").map(String::as_str) == Some("yes"),
+            "{pod}: {replication:?}"
+        );
+    }
+    let sentinels = pods.names_with_prefix(&format!("{NAME}-sentinel-"));
+    ensure!(sentinels.len() == 3, "sentinel pods {sentinels:?}");
+    for pod in &sentinels {
+        let ip = pods.ip(pod).context("no IP")?;
+        plain_refused(&ip, SENTINEL_PLAIN_PORT).await?;
+        plain_resp_gets_no_reply(&ip, SENTINEL_TLS_PORT).await?;
+    }
+
+    // A client that does not trust the Secret's CA is refused: verification is real.
+    let stranger_key = KeyPair::generate()?;
+    let stranger_ca = ca_params("someone else's CA").self_signed(&stranger_key)?;
+    let stranger = Dial {
+        ca: stranger_ca.pem().into_bytes(),
+        names: dial.names.clone(),
+    };
+    match stranger.valkey(&pods, &master).await {
+        Ok(_) => bail!("a client trusting another CA connected to {master}"),
+        Err(error) => {
+            let reason = error
+                .downcast_ref::<vko_valkey::Error>()
+                .map(vko_valkey::Error::reason);
+            ensure!(reason == Some("Tls"), "expected a TLS refusal: {error:#}");
+        }
+    }
+
+    // Write on the master over TLS, read it back there and on both replicas.
+    let value = format!("written-at-{:?}", Instant::now());
+    let on_master = dial.valkey(&pods, &master).await?;
+    on_master.set("tls:probe", value.as_bytes()).await?;
+    ensure!(
+        on_master.get("tls:probe").await? == Some(value.clone().into_bytes()),
+        "GET on the master"
+    );
+    let replication = on_master.info_replication().await?;
+    ensure!(replication.role == ReplicationRole::Master);
+    for replica in &replication.replicas {
+        ensure!(
+            !contains_ipv4(&replica.host),
+            "the master lists a replica by IP: {}",
+            replica.host
+        );
+    }
+    for pod in data_pods.iter().filter(|p| **p != master) {
+        let replica = dial.valkey(&pods, pod).await?;
+        let info = replica.info_replication().await?;
+        ensure!(info.role == ReplicationRole::Replica, "{pod}: {info:?}");
+        let upstream = info.upstream.context("no upstream")?;
+        ensure!(
+            upstream.master_host == dial.fqdn(&master) && upstream.master_port == TLS_PORT,
+            "{pod} replicates from {}:{}",
+            upstream.master_host,
+            upstream.master_port
+        );
+        eventually(
+            Duration::from_secs(10),
+            "the replica reads the value",
+            || async {
+                let got = replica.get("tls:probe").await?;
+                ensure!(got == Some(value.clone().into_bytes()), "{pod}: {got:?}");
+                Ok(())
+            },
+        )
+        .await?;
+    }
+
+    // Every Sentinel answers over TLS, naming only host names.
+    for pod in &sentinels {
+        let sentinel = dial.sentinel(&pods, pod).await?;
+        sentinel.ping().await?;
+        let monitored = sentinel.master(NAME).await?;
+        ensure!(
+            monitored.host == dial.fqdn(&master) && monitored.port == TLS_PORT,
+            "{pod} monitors {}:{}",
+            monitored.host,
+            monitored.port
+        );
+        let replicas = sentinel.replicas(NAME).await?;
+        ensure!(replicas.len() == 2, "{pod}: replicas {replicas:?}");
+        let peers = sentinel.sentinels(NAME).await?;
+        ensure!(peers.len() == 2, "{pod}: sentinels {peers:?}");
+        let hosts: Vec<&str> = std::iter::once(monitored.host.as_str())
+            .chain(replicas.iter().map(|r| r.host.as_str()))
+            .chain(peers.iter().map(|p| p.host.as_str()))
+            .collect();
+        ensure!(
+            hosts.iter().all(|h| !contains_ipv4(h)),
+            "{pod} names an IP: {hosts:?}"
+        );
+        ensure!(
+            replicas.iter().all(|r| r.port == TLS_PORT)
+                && peers.iter().all(|p| p.port == SENTINEL_TLS_PORT),
+            "{pod}: ports {replicas:?} {peers:?}"
+        );
+    }
+    Ok(master)
+}
+
+/// Graceful deletion of the master pod under a TLS writer: a new master, no OK'd write lost.
+async fn master_deletion_under_a_tls_writer(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+    old_master: &str,
+) -> anyhow::Result<()> {
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "drain");
+    writer.wait_for(300).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deleted_at = Instant::now();
+    pods.delete(old_master, &DeleteParams::default()).await?;
+    let (master, took) = eventually(Duration::from_secs(60), "a new master", || async {
+        let pods = Pods::list(client, ns).await?;
+        let master = dial.sentinel_master(&pods).await?;
+        ensure!(master != old_master, "still {master}");
+        let replication = dial
+            .valkey(&pods, &master)
+            .await?
+            .info_replication()
+            .await?;
+        ensure!(replication.role == ReplicationRole::Master, "{master}");
+        Ok((master, deleted_at.elapsed()))
+    })
+    .await?;
+    eprintln!("TLS graceful handover: {old_master} -> {master} in {took:?}");
+
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(180),
+        "the cluster whole again",
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            let recorded = valkey.status.as_ref().and_then(|s| s.master_pod.clone());
+            ensure!(
+                recorded.as_deref() == Some(master.as_str()),
+                "masterPod {recorded:?}"
+            );
+            let rw = endpoint_pods(client, ns, &dial.names.rw_service()).await?;
+            ensure!(rw == [master.clone()], "-rw {rw:?}");
+            let pods = Pods::list(client, ns).await?;
+            let replication = dial
+                .valkey(&pods, &master)
+                .await?
+                .info_replication()
+                .await?;
+            ensure!(
+                replication.connected_replicas == 2,
+                "{} replicas",
+                replication.connected_replicas
+            );
+            // The re-created pod is back as a replica, over TLS.
+            let back = dial
+                .valkey(&pods, old_master)
+                .await?
+                .info_replication()
+                .await?;
+            ensure!(back.role == ReplicationRole::Replica, "{old_master}");
+            Ok(())
+        },
+    )
+    .await?;
+    let after = writer.acked().await;
+    writer.wait_for(after + 300).await?;
+    let log = writer.stop().await;
+
+    let pods = Pods::list(client, ns).await?;
+    let final_master = dial.sentinel_master(&pods).await?;
+    let missing = missing_keys(&dial.valkey(&pods, &final_master).await?, &log.acked).await?;
+    eprintln!(
+        "TLS graceful handover: {} writes OK'd, {} lost, longest gap between OKs {:?}, switchover gaps {:?}, {} errors (first: {:?})",
+        log.acked.len(),
+        missing.len(),
+        log.longest_gap(),
+        log.switchover_gaps(),
+        log.error_count,
+        log.errors.iter().take(5).collect::<Vec<_>>()
+    );
+    ensure!(
+        took < Duration::from_secs(15),
+        "new master only after {took:?}"
+    );
+    ensure!(
+        missing.is_empty(),
+        "{} OK'd writes lost: {:?}",
+        missing.len(),
+        missing.iter().take(20).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without_loss() {
+    vko_valkey::install_default_crypto_provider();
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-tls").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let material = issue(&ns).unwrap();
+    let dial = Dial {
+        ca: material.ca.clone().into_bytes(),
+        names: Names::new(NAME, &ns, DOMAIN).unwrap(),
+    };
+
+    let outcome = async {
+        let took = secret_missing_then_created(&client, &ns, &material).await?;
+        eprintln!("PHASE OK {took:?} after the TLS Secret was created");
+        let master = serves_tls_only(&client, &ns, &dial).await?;
+        eprintln!("TLS only: plain ports refused, TLS SET/GET, tls-replication yes, Sentinel over TLS with host names; master {master}");
+        master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await
+    }
+    .await;
+    if let Err(error) = outcome {
+        dump_container_logs(&client, &ns, 60).await;
+        panic!("{error:#}");
+    }
+
+    namespace.cleanup().await.unwrap();
+}
