@@ -5,7 +5,8 @@
 //! localhost, and then:
 //! - creates a 3 data + 3 Sentinel `Valkey` with `tls: {enabled: true, secretName}` BEFORE the
 //!   Secret exists: `ReconcileBlocked=True/SecretMissing` and a Warning Event name the Secret, no
-//!   StatefulSet is made; creating the Secret alone brings the cluster to PHASE OK;
+//!   StatefulSet is made; a Secret without `ca.crt` still holds it back (valkey-server would not
+//!   start without its CA file); adding `ca.crt` alone brings the cluster to PHASE OK;
 //! - asserts the documented port behaviour (reference "TLS Details" / "Port Summary": the plaintext
 //!   ports 6379 and 26379 are disabled, port 0, without `allowUnencrypted`): a plain connection to
 //!   6379 / 26379 is refused and plain RESP on 16379 gets no reply; a TLS client verifying the CA
@@ -35,7 +36,7 @@ use ha_support::{Pods, ROLE_LABEL, WriteLog, contains_ipv4, dump_container_logs,
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use operator_support::{condition, install_crd, operator, wait_for_valkey};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -445,6 +446,8 @@ async fn secret_missing_then_created(
     )
     .await?;
 
+    // First without ca.crt (a valid kubernetes.io/tls Secret): the pods' config names
+    // /tls/ca.crt and valkey-server would not start, so the StatefulSets stay held back.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": SECRET},
@@ -452,15 +455,37 @@ async fn secret_missing_then_created(
         "stringData": {
             "tls.crt": material.cert,
             "tls.key": material.key,
-            "ca.crt": material.ca,
         }
     }))?;
     secrets.create(&PostParams::default(), &secret).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ensure!(
+        sts.get_opt(NAME).await?.is_none(),
+        "a data StatefulSet was created from a TLS Secret without ca.crt"
+    );
+    let valkey = valkeys.get(NAME).await?;
+    let blocked = condition(&valkey, "ReconcileBlocked");
+    ensure!(
+        blocked
+            .as_ref()
+            .is_some_and(|(status, reason, message)| status == "True"
+                && reason == "SecretMissing"
+                && message.contains("ca.crt")),
+        "without ca.crt: {blocked:?}"
+    );
+
+    secrets
+        .patch(
+            SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"ca.crt": material.ca}})),
+        )
+        .await?;
     let created = Instant::now();
     wait_for_valkey(
         &valkeys,
         NAME,
-        "3 data pods ready and OK after the TLS Secret appeared",
+        "3 data pods ready and OK after the TLS Secret got its ca.crt",
         Duration::from_secs(300),
         is_ok,
     )
@@ -751,7 +776,7 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
 
     let outcome = async {
         let took = secret_missing_then_created(&client, &ns, &material).await?;
-        eprintln!("PHASE OK {took:?} after the TLS Secret was created");
+        eprintln!("PHASE OK {took:?} after the TLS Secret got its ca.crt");
         let master = serves_tls_only(&client, &ns, &dial).await?;
         eprintln!("TLS only: plain ports refused, TLS SET/GET, tls-replication yes, Sentinel over TLS with host names; master {master}");
         master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await

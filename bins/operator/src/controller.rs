@@ -117,6 +117,22 @@ fn secret_key<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
         .map(|bytes| bytes.0.as_slice())
 }
 
+/// `tls.crt`, `tls.key` and `ca.crt` of a TLS Secret; `None` while it is not usable. A
+/// user-provided Secret must hold all three, non-empty: every pod's config names `/tls/ca.crt`
+/// and valkey-server refuses to start without it ("Failed to configure CA certificate(s)"), so
+/// creating the StatefulSets would only crash-loop the pods. A cert-manager Secret without
+/// `ca.crt` stays accepted (its `ca.crt` counts as empty), as before.
+fn tls_material(secret: &Secret, user_provided: bool) -> Option<(&[u8], &[u8], &[u8])> {
+    let cert = secret_key(secret, "tls.crt")?;
+    let key = secret_key(secret, "tls.key")?;
+    let ca = match secret_key(secret, "ca.crt").filter(|ca| !ca.is_empty()) {
+        Some(ca) => ca,
+        None if user_provided => return None,
+        None => &[],
+    };
+    Some((cert, key, ca))
+}
+
 /// Step 1b: reads the auth and TLS Secrets from the store.
 fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<SecretView, Error> {
     let spec = &valkey.spec;
@@ -148,23 +164,21 @@ fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<
         }
     }
     if let Some(secrets) = vko_render::tls_secrets(valkey)? {
+        let user_provided = spec.tls_secret_name().is_some();
         let fingerprint = |name: &str| -> Option<(String, Arc<Secret>)> {
             let secret = stores.secret(namespace, name)?;
-            let cert = secret_key(&secret, "tls.crt")?;
-            let key = secret_key(&secret, "tls.key")?;
-            let ca = secret_key(&secret, "ca.crt").unwrap_or_default();
+            let (cert, key, ca) = tls_material(&secret, user_provided)?;
             Some((
                 vko_render::tls_material_fingerprint(cert, key, ca),
                 secret.clone(),
             ))
         };
-        let user_provided = spec.tls_secret_name().is_some();
         let mut missing = |name: &str| {
             view.problems.push(Error::SecretMissing {
                 what: "TLS",
                 name: name.to_owned(),
                 problem: if user_provided {
-                    format!("does not exist in namespace {namespace} or lacks tls.crt/tls.key (spec.tls.secretName)")
+                    format!("does not exist in namespace {namespace} or lacks tls.crt/tls.key/ca.crt (spec.tls.secretName)")
                 } else {
                     format!("is not issued yet by cert-manager in namespace {namespace}")
                 },
@@ -919,6 +933,50 @@ mod tests {
         let refs = valkeys_referencing(&valkeys, &secret);
         let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, vec!["a", "b"]);
+    }
+
+    /// A Secret holding `keys` of `tls.crt` = "cert", `tls.key` = "key", `ca.crt` = "ca".
+    fn secret_with(keys: &[&str]) -> Secret {
+        let data: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|key| {
+                let base64 = match *key {
+                    "tls.crt" => "Y2VydA==",
+                    "tls.key" => "a2V5",
+                    _ => "Y2E=",
+                };
+                ((*key).to_owned(), base64.into())
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "t"}, "data": data}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_user_provided_tls_secret_needs_its_ca_a_cert_manager_one_does_not() {
+        let full = secret_with(&["tls.crt", "tls.key", "ca.crt"]);
+        let material: Option<(&[u8], &[u8], &[u8])> =
+            Some((b"cert".as_slice(), b"key".as_slice(), b"ca".as_slice()));
+        assert_eq!(tls_material(&full, true), material);
+        assert_eq!(tls_material(&full, false), material);
+
+        let no_ca = secret_with(&["tls.crt", "tls.key"]);
+        assert_eq!(tls_material(&no_ca, true), None);
+        assert_eq!(
+            tls_material(&no_ca, false),
+            Some((b"cert".as_slice(), b"key".as_slice(), b"".as_slice()))
+        );
+        let mut empty_ca = full.clone();
+        if let Some(data) = empty_ca.data.as_mut() {
+            data.insert("ca.crt".into(), k8s_openapi::ByteString(Vec::new()));
+        }
+        assert_eq!(tls_material(&empty_ca, true), None);
+
+        for keys in [&["tls.key", "ca.crt"][..], &["tls.crt", "ca.crt"][..]] {
+            let partial = secret_with(keys);
+            assert_eq!(tls_material(&partial, true), None, "{keys:?}");
+            assert_eq!(tls_material(&partial, false), None, "{keys:?}");
+        }
     }
 
     /// The ForeignObject path against a mock API server (tower-test, the kube-rs controller-rs
