@@ -6,7 +6,9 @@
 //! - creates a 3 data + 3 Sentinel `Valkey` with `tls: {enabled: true, secretName}` BEFORE the
 //!   Secret exists: `ReconcileBlocked=True/SecretMissing` and a Warning Event name the Secret, no
 //!   StatefulSet is made; a Secret without `ca.crt` still holds it back (valkey-server would not
-//!   start without its CA file); adding `ca.crt` alone brings the cluster to PHASE OK;
+//!   start without its CA file); with `ca.crt` but a serverAuth-only certificate it stays held
+//!   back with `ReconcileBlocked=True/TLSCertificateUnusable` naming clientAuth and a Warning
+//!   Event; the right certificate brings the cluster to PHASE OK;
 //! - asserts the documented port behaviour (reference "TLS Details" / "Port Summary": the plaintext
 //!   ports 6379 and 26379 are disabled, port 0, without `allowUnencrypted`): a plain connection to
 //!   6379 / 26379 is refused and plain RESP on 16379 gets no reply; a TLS client verifying the CA
@@ -64,6 +66,9 @@ struct Material {
     ca: String,
     cert: String,
     key: String,
+    /// The same names and key, issued by the same CA, with only the serverAuth usage: the pods
+    /// could not replicate with it.
+    server_auth_only_cert: String,
 }
 
 fn ca_params(common_name: &str) -> CertificateParams {
@@ -128,10 +133,14 @@ fn issue(ns: &str) -> anyhow::Result<Material> {
     ];
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(&key, &issuer)?;
+    let mut server_auth_only = params.clone();
+    server_auth_only.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let server_auth_only_cert = server_auth_only.signed_by(&key, &issuer)?;
     Ok(Material {
         ca: ca.pem(),
         cert: cert.pem(),
         key: key.serialize_pem(),
+        server_auth_only_cert: server_auth_only_cert.pem(),
     })
 }
 
@@ -474,18 +483,69 @@ async fn secret_missing_then_created(
         "without ca.crt: {blocked:?}"
     );
 
+    // Then with ca.crt but a certificate the pods could not replicate with (serverAuth only):
+    // refused before any pod starts, naming the missing usage.
     secrets
         .patch(
             SECRET,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"stringData": {"ca.crt": material.ca}})),
+            &Patch::Merge(serde_json::json!({"stringData": {
+                "ca.crt": material.ca,
+                "tls.crt": material.server_auth_only_cert,
+            }})),
+        )
+        .await?;
+    let valkey = wait_for_valkey(
+        &valkeys,
+        NAME,
+        "ReconcileBlocked=True/TLSCertificateUnusable",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "TLSCertificateUnusable"
+            })
+        },
+    )
+    .await?;
+    let (_, _, message) =
+        condition(&valkey, "ReconcileBlocked").context("ReconcileBlocked vanished")?;
+    ensure!(
+        message.contains(SECRET) && message.contains("clientAuth"),
+        "{message}"
+    );
+    eprintln!("serverAuth-only certificate: ReconcileBlocked/TLSCertificateUnusable: {message}");
+    wait_until(
+        "a TLSCertificateUnusable Warning Event naming the TLS Secret",
+        TIMEOUT,
+        || async move {
+            Ok(warning_events(client, ns)
+                .await
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("TLSCertificateUnusable")
+                        && e.note.as_deref().is_some_and(|n| n.contains(SECRET))
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
+    ensure!(
+        sts.get_opt(NAME).await?.is_none(),
+        "a data StatefulSet was created from a serverAuth-only certificate"
+    );
+
+    secrets
+        .patch(
+            SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"tls.crt": material.cert}})),
         )
         .await?;
     let created = Instant::now();
     wait_for_valkey(
         &valkeys,
         NAME,
-        "3 data pods ready and OK after the TLS Secret got its ca.crt",
+        "3 data pods ready and OK after the TLS Secret got a usable certificate",
         Duration::from_secs(300),
         is_ok,
     )

@@ -134,7 +134,12 @@ fn tls_material(secret: &Secret, user_provided: bool) -> Option<(&[u8], &[u8], &
 }
 
 /// Step 1b: reads the auth and TLS Secrets from the store.
-fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<SecretView, Error> {
+fn observe_secrets(
+    valkey: &Valkey,
+    namespace: &str,
+    names: &Names,
+    stores: &Stores,
+) -> Result<SecretView, Error> {
     let spec = &valkey.spec;
     let mut view = SecretView::default();
     if let Some(name) = spec.auth_secret_name() {
@@ -165,9 +170,46 @@ fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<
     }
     if let Some(secrets) = vko_render::tls_secrets(valkey)? {
         let user_provided = spec.tls_secret_name().is_some();
-        let fingerprint = |name: &str| -> Option<(String, Arc<Secret>)> {
+        let data_hosts: Vec<String> = (0..u32::try_from(spec.replicas()).unwrap_or(0))
+            .map(|ordinal| names.data_pod_fqdn(ordinal))
+            .collect();
+        let sentinel_hosts: Vec<String> = if spec.sentinel_enabled() {
+            (0..u32::try_from(spec.sentinel_replicas()).unwrap_or(0))
+                .map(|ordinal| names.sentinel_pod_fqdn(ordinal))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // The pods that present each Secret's certificate.
+        let data_secret_hosts: Vec<String> = match &secrets.sentinel {
+            Some(_) => data_hosts,
+            None => data_hosts
+                .into_iter()
+                .chain(sentinel_hosts.clone())
+                .collect(),
+        };
+        let unusable = std::cell::RefCell::new(Vec::new());
+        let fingerprint = |name: &str, hosts: &[String]| -> Option<(String, Arc<Secret>)> {
             let secret = stores.secret(namespace, name)?;
             let (cert, key, ca) = tls_material(&secret, user_provided)?;
+            // A user's certificate is checked before any pod starts with it: one that cannot
+            // serve the pods would give a cluster that never replicates. (cert-manager's are
+            // issued from our own Certificate, with the usages and names the pods need.)
+            if user_provided {
+                let problems = vko_valkey::certificate::serving_certificate_problems(
+                    cert,
+                    ca,
+                    hosts,
+                    vko_valkey::certificate::UnixTime::now(),
+                );
+                if !problems.is_empty() {
+                    unusable.borrow_mut().push(Error::TlsCertificateUnusable {
+                        name: name.to_owned(),
+                        problems: problems.join("; "),
+                    });
+                    return None;
+                }
+            }
             Some((
                 vko_render::tls_material_fingerprint(cert, key, ca),
                 secret.clone(),
@@ -184,7 +226,7 @@ fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<
                 },
             });
         };
-        match fingerprint(&secrets.data) {
+        match fingerprint(&secrets.data, &data_secret_hosts) {
             Some((hash, secret)) => {
                 view.tls_hash = Some(hash);
                 view.tls = Some(TlsOptions {
@@ -194,14 +236,24 @@ fn observe_secrets(valkey: &Valkey, namespace: &str, stores: &Stores) -> Result<
                     server_name: None,
                 });
             }
-            None => missing(&secrets.data),
-        }
-        if let Some(sentinel) = &secrets.sentinel {
-            match fingerprint(sentinel) {
-                Some((hash, _)) => view.sentinel_tls_hash = Some(hash),
-                None => missing(sentinel),
+            None => {
+                if unusable.borrow().is_empty() {
+                    missing(&secrets.data);
+                }
             }
         }
+        if let Some(sentinel) = &secrets.sentinel {
+            let before = unusable.borrow().len();
+            match fingerprint(sentinel, &sentinel_hosts) {
+                Some((hash, _)) => view.sentinel_tls_hash = Some(hash),
+                None => {
+                    if unusable.borrow().len() == before {
+                        missing(sentinel);
+                    }
+                }
+            }
+        }
+        view.problems.extend(unusable.into_inner());
     }
     Ok(view)
 }
@@ -255,7 +307,8 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let mut problems: Vec<Error> = Vec::new();
 
     // ---- observe ----
-    let secrets = observe_secrets(&valkey, &namespace, &ctx.stores)?;
+    let names = Names::new(&name, &namespace, &ctx.config.cluster_domain)?;
+    let secrets = observe_secrets(&valkey, &namespace, &names, &ctx.stores)?;
     problems.extend(secrets.problems);
     let pods = ctx.stores.cluster_pods(&namespace, &name);
     let data_pods: BTreeMap<u32, Arc<Pod>> = pods
@@ -314,7 +367,6 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     }
 
     // ---- data plane ----
-    let names = Names::new(&name, &namespace, &ctx.config.cluster_domain)?;
     let ports = PortPlan::of(spec);
     let dial = DialConfig {
         valkey_port: u16::try_from(ports.valkey).unwrap_or(6379),

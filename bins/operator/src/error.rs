@@ -42,6 +42,13 @@ pub enum Error {
         problem: String,
     },
 
+    /// A user-provided TLS Secret's certificate cannot serve the pods (wrong issuer, expired,
+    /// missing clientAuth usage, host names not covered); nothing is started with it.
+    #[error(
+        "TLS Secret {name} cannot serve this cluster: {problems}; replace the certificate, the operator continues by itself"
+    )]
+    TlsCertificateUnusable { name: String, problems: String },
+
     /// Writing `status` failed.
     #[error("writing the status failed: {0}")]
     StatusWrite(#[source] kube::Error),
@@ -82,6 +89,7 @@ impl Error {
             Error::AdmissionWebhookDenied { .. } => "AdmissionWebhookDenied",
             Error::WriteFailed { .. } => "WriteFailed",
             Error::SecretMissing { .. } => "SecretMissing",
+            Error::TlsCertificateUnusable { .. } => "TLSCertificateUnusable",
             Error::StatusWrite(_) => "StatusWriteFailed",
             Error::EventPublish(_) => "EventPublishFailed",
             Error::DataPlane { .. } => "DataPlaneCommandFailed",
@@ -96,7 +104,7 @@ impl Error {
     pub fn priority(&self) -> u8 {
         match self.reason() {
             "ForeignObject" => 0,
-            "SecretMissing" => 1,
+            "SecretMissing" | "TLSCertificateUnusable" => 1,
             "AdmissionWebhookDenied" => 2,
             "WriteFailed" => 3,
             _ => 4,

@@ -4,9 +4,11 @@
 //! * [`client`]: [`ValkeyClient`] and [`SentinelClient`], async, one connection each, TLS via rustls
 //!   (ring) and per-call timeouts. The wire library (fred) is an implementation detail: none of its
 //!   types appear in this crate's API, so it can be replaced.
+//! * [`certificate`]: whether user-provided TLS material can serve a cluster (pure).
 //! * [`switchover`]: the planned, lossless hand-over of the master role (sidecar and operator).
 //! * [`Error`]: one error enum with a stable [`Error::reason`].
 
+pub mod certificate;
 pub mod client;
 mod error;
 pub mod parse;
