@@ -1,7 +1,8 @@
-//! Project automation: `cargo xtask gen-crd | testbed | helm | test | demo | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | test | demo | bench`.
 
 mod bench;
 mod demo;
+mod exporter;
 mod gen_crd;
 mod helm;
 mod test;
@@ -24,6 +25,8 @@ enum Command {
     Testbed(testbed::Args),
     /// Build helm from its Go module into ~/.cache/vko (cached by version), or print its path.
     Helm(helm::Args),
+    /// Build redis_exporter (the metrics sidecar the testbed runs) from its Go module into ~/.cache/vko.
+    Exporter(exporter::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCrd(args) => gen_crd::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Helm(args) => helm::run(args),
+        Command::Exporter(args) => exporter::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),

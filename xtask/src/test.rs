@@ -102,6 +102,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             testbed::build_go_binaries().map(|_| ())
         })
         && steps.run("build helm", || crate::helm::build().map(|_| ()))
+        && steps.run("build redis_exporter", || {
+            crate::exporter::build().map(|_| ())
+        })
         && steps.run("cargo build --workspace --bins", || {
             testbed::cargo(&["build", "--workspace", "--bins"])
         });

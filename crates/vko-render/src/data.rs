@@ -384,9 +384,11 @@ fn exporter_container(ctx: &Ctx<'_>, tls: bool) -> Result<Container, RenderError
         "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
         format!(":{port}"),
     ));
-    // Never export key values, and turn off the multi-target /scrape endpoint (which would let
-    // anyone who reaches the port make the exporter connect elsewhere with the password).
-    // Exporter releases that do not know a variable ignore it.
+    // Never export key values (honoured: e2e operator_metrics).
+    // REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT asks to turn off the multi-target /scrape endpoint,
+    // but redis_exporter has no such option (checked in v1.74.0, which ignores it): /scrape stays
+    // served and reuses REDIS_PASSWORD for any target it is given, a known gap the README states
+    // and operator_metrics pins.
     env.push(env_value(
         "REDIS_EXPORTER_DISABLE_EXPORTING_KEY_VALUES",
         "true",

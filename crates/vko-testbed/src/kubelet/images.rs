@@ -30,12 +30,32 @@ pub enum Entrypoint {
     /// (`-x`/`--x`) or a `*.conf` file, `valkey-server` is put in front of it; otherwise the argv runs
     /// as given. (Its `gosu valkey` user switch is not emulated: containers run as the pod says.)
     ValkeyDockerEntrypoint,
+    /// An ENTRYPOINT that is one executable (like redis_exporter's `["/redis_exporter"]`): the CMD
+    /// or the pod's `args` follow it.
+    Executable(String),
+}
+
+/// The redis_exporter release the testbed runs for every `oliver006/redis_exporter` tag: `cargo
+/// xtask exporter build` builds it from `xtask/exporter` (the module proxy refuses the source of
+/// v1.66.0, the reference's default tag, so the closest newer release it serves is used).
+pub const REDIS_EXPORTER_VERSION: &str = "v1.74.0";
+
+/// The repositories of the redis_exporter image (Docker Hub and quay.io publish the same image).
+const REDIS_EXPORTER_REPOSITORIES: [&str; 3] = [
+    "oliver006/redis_exporter",
+    "docker.io/oliver006/redis_exporter",
+    "quay.io/oliver006/redis_exporter",
+];
+
+/// `~/.cache/vko/redis_exporter-<version>/`: where `cargo xtask exporter build` puts `redis_exporter`.
+pub fn redis_exporter_dir() -> PathBuf {
+    crate::paths::cache_root().join(format!("redis_exporter-{REDIS_EXPORTER_VERSION}"))
 }
 
 /// An image the testbed has no binaries for (reported as `ErrImagePull`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "image {image:?} is not mapped to host binaries by the testbed (known: valkey/valkey:*, docker.io/valkey/valkey:*, vko-testbed/shell:*{extra})"
+    "image {image:?} is not mapped to host binaries by the testbed (known: valkey/valkey:*, docker.io/valkey/valkey:*, [docker.io/|quay.io/]oliver006/redis_exporter:*, vko-testbed/shell:*{extra})"
 )]
 pub struct UnmappedImage {
     pub image: String,
@@ -53,6 +73,14 @@ pub fn resolve(
             entrypoint: Entrypoint::ValkeyDockerEntrypoint,
             default_cmd: vec!["valkey-server".into()],
             bin_dir: None,
+        });
+    }
+    if REDIS_EXPORTER_REPOSITORIES.contains(&repository) {
+        // The image's ENTRYPOINT is `/redis_exporter` with no CMD; it is configured by env vars.
+        return Ok(ImageMapping {
+            entrypoint: Entrypoint::Executable(format!("{EXTRA_BIN_MOUNT}/redis_exporter")),
+            default_cmd: Vec::new(),
+            bin_dir: Some(redis_exporter_dir()),
         });
     }
     if repository == "vko-testbed/shell" {
@@ -115,6 +143,9 @@ pub fn container_argv(mapping: &ImageMapping, command: &[String], args: &[String
     };
     match mapping.entrypoint {
         Entrypoint::None => cmd,
+        Entrypoint::Executable(ref executable) => {
+            std::iter::once(executable.clone()).chain(cmd).collect()
+        }
         Entrypoint::ValkeyDockerEntrypoint => {
             let first = cmd.first().map(String::as_str).unwrap_or("");
             if first.starts_with('-') || first.ends_with(".conf") {
@@ -154,6 +185,40 @@ mod tests {
                 .default_cmd,
             strings(&["sh"])
         );
+    }
+
+    #[test]
+    fn redis_exporter_images_run_the_cached_binary_with_args_after_it() {
+        for image in [
+            "oliver006/redis_exporter:v1.66.0",
+            "docker.io/oliver006/redis_exporter:v1.74.0",
+            "quay.io/oliver006/redis_exporter:v1.66.0-alpine",
+            "oliver006/redis_exporter@sha256:abc",
+        ] {
+            let mapping = resolve(image, &[]).unwrap();
+            assert_eq!(mapping.bin_dir, Some(redis_exporter_dir()), "{image}");
+            assert_eq!(
+                container_argv(&mapping, &[], &[]),
+                strings(&["/vko/bin/redis_exporter"]),
+                "{image}"
+            );
+            // spec.metrics.extraArgs arrive as args: handed to the entrypoint.
+            assert_eq!(
+                container_argv(&mapping, &[], &strings(&["--check-keys=*"])),
+                strings(&["/vko/bin/redis_exporter", "--check-keys=*"])
+            );
+            // A command replaces the entrypoint.
+            assert_eq!(
+                container_argv(&mapping, &strings(&["sh"]), &strings(&["-c", "x"])),
+                strings(&["sh", "-c", "x"])
+            );
+        }
+        assert!(
+            redis_exporter_dir().ends_with(format!("vko/redis_exporter-{REDIS_EXPORTER_VERSION}"))
+        );
+        // A look-alike repository is not the exporter.
+        assert!(resolve("oliver006/redis_exporter-extra:1", &[]).is_err());
+        assert!(resolve("example.com/oliver006/redis_exporter:1", &[]).is_err());
     }
 
     #[test]
