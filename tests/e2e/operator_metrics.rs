@@ -6,6 +6,10 @@
 //! never the password; the `<name>-metrics` Service has both data pods as endpoints. It also pins
 //! what the exporter really does with `/scrape` (see the README's metrics row).
 //!
+//! With `tls.enabled` (a user Secret issued by the test's own CA) the exporter reaches its Valkey
+//! over `rediss://` by the pod's DNS name, verifying the certificate, and still reports `redis_up 1`
+//! and the role.
+//!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
 #[path = "operator_support.rs"]
@@ -21,8 +25,13 @@ use ha_support::{Conn, Pods, Reply, VALKEY_PORT, endpoint_pods};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
 use operator_support::{install_crd, operator, wait_for_valkey};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::{Phase, Valkey};
+use vko_render::Names;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
 const PASSWORD: &str = "exp0rter-pässword";
@@ -278,5 +287,150 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     assert_eq!(instance_role(&body).as_deref(), Some("slave"));
     println!("/scrape is served and authenticates to another target with the password");
 
+    namespace.cleanup().await.unwrap();
+}
+
+/// (ca.crt, tls.crt, tls.key): a fresh CA and one certificate for the data pods of `name` in `ns`
+/// (their host names and the Services), with both serverAuth and clientAuth (the exporter
+/// presents it as its client certificate).
+fn issue(name: &str, ns: &str) -> anyhow::Result<(String, String, String)> {
+    let names = Names::new(name, ns, "cluster.local")?;
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = DistinguishedName::new();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "vko-e2e metrics CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name}.{ns}"));
+    let mut dns = vec![
+        "localhost".to_owned(),
+        format!("*.{}", names.service_fqdn(&names.headless_service())),
+    ];
+    for service in [
+        names.headless_service(),
+        names.rw_service(),
+        names.r_service(),
+        names.all_service(),
+    ] {
+        dns.push(names.service_fqdn(&service));
+        dns.push(format!("{service}.{ns}.svc"));
+        dns.push(service);
+    }
+    let mut sans = vec![SanType::IpAddress(std::net::IpAddr::V4(
+        std::net::Ipv4Addr::LOCALHOST,
+    ))];
+    for name in dns {
+        sans.push(SanType::DnsName(name.try_into()?));
+    }
+    params.subject_alt_names = sans;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certificates() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-metrics-tls")
+        .await
+        .unwrap();
+    let ns = namespace.name().to_owned();
+    let (ca, cert, key) = issue("mt", &ns).unwrap();
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "mt-certs"},
+        "type": "kubernetes.io/tls",
+        "stringData": {"ca.crt": ca, "tls.crt": cert, "tls.key": key},
+    });
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "{}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{PASSWORD}\"}}\n---\n\
+             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: mt}}\n\
+             spec: {{replicas: 2, image: valkey/valkey:8.0, auth: {{secretName: pw}}, \
+             tls: {{enabled: true, secretName: mt-certs}}, metrics: {{enabled: true}}}}\n",
+            serde_json::to_string(&secret).unwrap()
+        ),
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let started = std::time::Instant::now();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "mt",
+        "2 ready and OK with TLS and the exporter",
+        Duration::from_secs(240),
+        |v| {
+            v.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(2))
+        },
+    )
+    .await
+    .unwrap();
+    println!("TLS: PHASE OK after {:?}", started.elapsed());
+    let master = valkey.status.unwrap().master_pod.unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let data_pods = pods.names_with_prefix("mt-");
+    assert_eq!(data_pods, ["mt-0", "mt-1"]);
+    for pod in &data_pods {
+        let ip = pods.ip(pod).unwrap();
+        // The plaintext port is closed: what the exporter reports comes over TLS.
+        assert!(
+            tokio::net::TcpStream::connect((ip.as_str(), VALKEY_PORT))
+                .await
+                .is_err(),
+            "{pod} listens on {VALKEY_PORT}"
+        );
+        let expected_role = if pod == &master { "master" } else { "slave" };
+        let body = poll(
+            &format!("{pod}'s exporter reports redis_up 1 over TLS"),
+            Duration::from_secs(30),
+            || {
+                let ip = ip.clone();
+                async move {
+                    let (status, body) = http_get(&ip, METRICS_PORT, "/metrics").await?;
+                    Ok((status == 200 && sample(&body, "redis_up") == Some(1.0)).then_some(body))
+                }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            instance_role(&body).as_deref(),
+            Some(expected_role),
+            "{pod}"
+        );
+        assert!(!body.contains(PASSWORD), "{pod} exports the password");
+        println!("TLS {pod}: redis_up 1, role {expected_role}");
+    }
     namespace.cleanup().await.unwrap();
 }
