@@ -3,8 +3,11 @@
 //! redis_exporter the testbed maps `oliver006/redis_exporter:*` to, built by `cargo xtask exporter
 //! build`) becomes Ready and serves `/metrics` on :9121: `redis_up 1`, the pod's role, a key count
 //! that follows writes, a key `spec.metrics.extraArgs` asks about (sized, its value not exported),
-//! never the password; the `<name>-metrics` Service has both data pods as endpoints. It also pins
-//! what the exporter really does with `/scrape` (see the README's metrics row).
+//! never the password; the `<name>-metrics` Service has both data pods as endpoints. `/scrape`
+//! stays served (redis_exporter cannot turn it off) but no longer lends the password: the exporter
+//! has it only in a password map keyed by its own address, so a scrape of the other data pod
+//! through it is refused by that pod (NOAUTH, `redis_up 0`) while its own `/metrics` stays up (see
+//! the README's metrics row).
 //!
 //! With `tls.enabled` (a user Secret issued by the test's own CA) the exporter reaches its Valkey
 //! over `rediss://` by the pod's DNS name, verifying the certificate, and still reports `redis_up 1`
@@ -264,10 +267,10 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     println!("mx-metrics endpoints: {endpoints:?}");
 
     // What /scrape really does: REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT, which the renderer sets, is
-    // not a redis_exporter option, so the multi-target endpoint is served, and it reuses the
-    // exporter's password for any target: here it logs into the other data pod. A known gap
-    // (README): anyone who reaches :9121 can make the exporter send AUTH to an address of their
-    // choice.
+    // not a redis_exporter option, so the multi-target endpoint is served. The exporter has no
+    // REDIS_PASSWORD, only a password map (REDIS_PASSWORD_FILE, written by the init) keyed by its
+    // own REDIS_ADDR: any other target is dialled without a password, so the other data pod
+    // answers NOAUTH and the exporter reports redis_up 0.
     let master_pod_ip = pods.ip(&master).unwrap();
     let replica = data_pods.iter().find(|p| **p != master).unwrap();
     let replica_ip = pods.ip(replica).unwrap();
@@ -283,9 +286,22 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     .await
     .unwrap();
     assert_eq!(status, 200, "{body}");
+    assert_eq!(sample(&body, "redis_up"), Some(0.0), "{body}");
+    assert_eq!(instance_role(&body), None, "{body}");
+    let scrape_error = body
+        .lines()
+        .find(|l| l.starts_with("redis_exporter_last_scrape_error{") && l.ends_with(" 1"))
+        .unwrap_or_else(|| panic!("no scrape error: {body}"));
+    assert!(scrape_error.contains("NOAUTH"), "{scrape_error}");
+    assert!(!body.contains(PASSWORD), "/scrape exports the password");
+    println!("/scrape of {replica} through {master}: redis_up 0, {scrape_error}");
+    // The pod's own Valkey still gets the password from the map.
+    let (status, body) = http_get(&master_pod_ip, METRICS_PORT, "/metrics")
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
     assert_eq!(sample(&body, "redis_up"), Some(1.0), "{body}");
-    assert_eq!(instance_role(&body).as_deref(), Some("slave"));
-    println!("/scrape is served and authenticates to another target with the password");
+    println!("{master}: /metrics still redis_up 1");
 
     namespace.cleanup().await.unwrap();
 }

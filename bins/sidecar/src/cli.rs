@@ -86,6 +86,12 @@ pub struct InitArgs {
     pub output: PathBuf,
     #[arg(long)]
     pub data_dir: PathBuf,
+    /// Where to write redis_exporter's password map (auth and metrics on).
+    #[arg(long, requires = "exporter_redis_addr")]
+    pub exporter_password_file: Option<PathBuf>,
+    /// The exporter's `REDIS_ADDR`, the password map's only key.
+    #[arg(long, env = vko_render::EXPORTER_ADDR_ENV)]
+    pub exporter_redis_addr: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -207,6 +213,9 @@ pub async fn run_init(args: InitArgs) -> Result<()> {
         attempts: 10,
         retry_delay: Duration::from_secs(2),
     };
+    if let (Some(path), Some(address)) = (&args.exporter_password_file, &args.exporter_redis_addr) {
+        crate::init::write_exporter_passwords(path, address, password.as_deref())?;
+    }
     crate::init::init(&node, &settings, password.as_deref()).await?;
     Ok(())
 }
@@ -343,6 +352,49 @@ mod tests {
                 .as_deref(),
             Some("production-sentinel-1.production-sentinel-headless.demo.svc.cluster.local")
         );
+    }
+
+    /// The init's extra argument with auth and metrics (vko-render's exporter snapshot); the
+    /// address comes from `VKO_EXPORTER_REDIS_ADDR` in the pod, given as a flag here.
+    #[test]
+    fn init_takes_the_exporter_password_file_only_with_an_address() {
+        let argv = |extra: &[&'static str]| -> Vec<&'static str> {
+            let mut argv = vec![
+                "vko-sidecar",
+                "init",
+                "--master-config=/etc/valkey/valkey.conf",
+                "--replica-config=/etc/valkey-replica/valkey.conf",
+                "--output=/etc/valkey-active/valkey.conf",
+                "--data-dir=/data",
+                "--cluster=mx",
+                "--headless-service=mx-headless",
+                "--cluster-domain=cluster.local",
+                "--valkey-port=6379",
+                "--pod-name=mx-0",
+                "--pod-namespace=demo",
+                "--exporter-password-file=/etc/vko-exporter/passwords.json",
+            ];
+            argv.extend_from_slice(extra);
+            argv
+        };
+        let Command::Init(init) =
+            Cli::try_parse_from(argv(&["--exporter-redis-addr=redis://127.0.0.1:6379"]))
+                .unwrap()
+                .command
+        else {
+            panic!("init")
+        };
+        assert_eq!(
+            init.exporter_password_file.as_deref(),
+            Some(std::path::Path::new(paths::EXPORTER_PASSWORD_FILE))
+        );
+        assert_eq!(
+            init.exporter_redis_addr.as_deref(),
+            Some("redis://127.0.0.1:6379")
+        );
+        if std::env::var_os(vko_render::EXPORTER_ADDR_ENV).is_none() {
+            assert!(Cli::try_parse_from(argv(&[])).is_err());
+        }
     }
 
     #[test]

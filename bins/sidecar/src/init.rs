@@ -1,5 +1,5 @@
 //! `vko-sidecar init`: the data pod's init container. Decides the first role line (ADR 0005)
-//! and writes the effective config.
+//! and writes the effective config (and, with auth and metrics, redis_exporter's password map).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -93,6 +93,33 @@ pub fn write_active_config(
     )
 }
 
+/// redis_exporter's password map (`--redis.password-file`): the password only under `address`,
+/// the exporter's own `REDIS_ADDR`, so a `/scrape?target=` elsewhere is dialled without it.
+pub fn exporter_password_map(address: &str, password: &str) -> Result<String> {
+    serde_json::to_string(&std::collections::BTreeMap::from([(address, password)]))
+        .map_err(|e| SidecarError::Config(format!("exporter password map: {e}")))
+}
+
+/// Write the exporter's password map to `path` (owner-only, like the effective config: the
+/// exporter runs as the same uid). Auth is on whenever this is asked for, so no password is an
+/// error, not an empty map.
+pub fn write_exporter_passwords(path: &Path, address: &str, password: Option<&str>) -> Result<()> {
+    let password = password.ok_or_else(|| {
+        SidecarError::Config(format!(
+            "--exporter-password-file needs the password in {}",
+            crate::cli::PASSWORD_ENV
+        ))
+    })?;
+    if address.is_empty() {
+        return Err(SidecarError::Config(
+            "--exporter-password-file needs the exporter's address".into(),
+        ));
+    }
+    conf::write_private(path, &exporter_password_map(address, password)?)?;
+    tracing::info!(output = %path.display(), %address, "exporter password map written");
+    Ok(())
+}
+
 pub async fn init(
     node: &Node,
     settings: &InitSettings,
@@ -103,4 +130,38 @@ pub async fn init(
     write_active_config(node, settings, password, &role)?;
     tracing::info!(output = %node.active_config.display(), role = ?role, "effective config written");
     Ok(role)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn exporter_password_map_has_only_the_own_address() {
+        let map = exporter_password_map("redis://127.0.0.1:6379", "p\"w\\x").unwrap();
+        assert_eq!(map, r#"{"redis://127.0.0.1:6379":"p\"w\\x"}"#);
+        let parsed: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&map).unwrap();
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed["redis://127.0.0.1:6379"], "p\"w\\x");
+    }
+
+    #[test]
+    fn exporter_password_file_is_owner_only_and_needs_a_password() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("vko-sidecar-exporter-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("passwords.json");
+        assert!(write_exporter_passwords(&path, "redis://127.0.0.1:6379", None).is_err());
+        assert!(write_exporter_passwords(&path, "", Some("x")).is_err());
+        assert!(!path.exists());
+        write_exporter_passwords(&path, "rediss://a-0.h.ns.svc.cluster.local:6379", Some("x"))
+            .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(mode, 0o600);
+        assert_eq!(text, r#"{"rediss://a-0.h.ns.svc.cluster.local:6379":"x"}"#);
+    }
 }

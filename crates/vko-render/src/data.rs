@@ -24,10 +24,10 @@ use crate::labels::{
     merge_user_labels,
 };
 use crate::pod::{
-    ALIVE_SCRIPT, CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, SIDECAR_BINARY, TLS_HASH_ENV, Timing,
-    cli_args, cluster_args, container_port, container_security_context, env_field, env_value,
-    http_probe, mount, operator_container_resources, password_env, paths, pod_identity_env,
-    pod_security_context, script_probe, tls_args,
+    ALIVE_SCRIPT, CLI_AUTH_ENV, EXPORTER_ADDR_ENV, PASSWORD_ENV, READY_SCRIPT, SIDECAR_BINARY,
+    TLS_HASH_ENV, Timing, cli_args, cluster_args, container_port, container_security_context,
+    env_field, env_value, http_probe, mount, operator_container_resources, password_env, paths,
+    pod_identity_env, pod_security_context, script_probe, tls_args,
 };
 use crate::ports::{SIDECAR_HEALTH, names as port_names};
 use crate::{Ctx, RenderError, TierHashes, TlsSecrets};
@@ -45,6 +45,30 @@ mod volume {
     pub const DATA: &str = "data";
     pub const TLS: &str = "tls";
     pub const TOKEN: &str = "sidecar-token";
+    pub const EXPORTER_AUTH: &str = "exporter-auth";
+}
+
+/// The exporter gets the password (only through its password map) when metrics and auth are on.
+fn exporter_auth(ctx: &Ctx<'_>) -> bool {
+    ctx.spec.metrics_enabled() && ctx.spec.auth_enabled()
+}
+
+/// The address the exporter dials (`REDIS_ADDR`). With auth it is also the key of the exporter's
+/// password map, so it must stay in the form redis_exporter looks it up by (`url.Parse` +
+/// `String()`, no user part: `REDIS_USER` is never set), which these addresses already are.
+fn exporter_address(ctx: &Ctx<'_>, tls: bool) -> String {
+    if tls {
+        // Through the pod's own DNS name, so the exporter verifies the server certificate
+        // (localhost is not in it) instead of skipping verification. `$(POD_NAME)` is expanded
+        // by the kubelet from the container's env.
+        format!(
+            "rediss://$(POD_NAME).{}:{}",
+            ctx.names.service_fqdn(&ctx.names.headless_service()),
+            ctx.ports.valkey
+        )
+    } else {
+        format!("redis://127.0.0.1:{}", ctx.ports.valkey)
+    }
 }
 
 /// The data StatefulSet and the hashes written into its pod template.
@@ -191,6 +215,14 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     args.extend(tls_args(tls));
     let mut env = pod_identity_env();
     env.extend(password_env(ctx, PASSWORD_ENV));
+    if exporter_auth(ctx) {
+        args.push(format!(
+            "--exporter-password-file={}",
+            paths::EXPORTER_PASSWORD_FILE
+        ));
+        // After POD_NAME, which it may reference.
+        env.push(env_value(EXPORTER_ADDR_ENV, exporter_address(ctx, tls)));
+    }
     let mut mounts = vec![
         mount(volume::CONFIG, paths::MASTER_CONFIG_DIR, true),
         mount(volume::REPLICA_CONFIG, paths::REPLICA_CONFIG_DIR, true),
@@ -201,6 +233,13 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     ];
     if tls {
         mounts.push(mount(volume::TLS, TLS_DIR, true));
+    }
+    if exporter_auth(ctx) {
+        mounts.push(mount(
+            volume::EXPORTER_AUTH,
+            paths::EXPORTER_AUTH_DIR,
+            false,
+        ));
     }
     Container {
         name: "init".to_owned(),
@@ -367,19 +406,10 @@ fn exporter_container(ctx: &Ctx<'_>, tls: bool) -> Result<Container, RenderError
         }
     }
     let mut env = vec![];
-    let address = if tls {
-        // Through the pod's own DNS name, so the exporter verifies the server certificate
-        // (localhost is not in it) instead of skipping verification.
+    if tls {
         env.push(env_field("POD_NAME", "metadata.name"));
-        format!(
-            "rediss://$(POD_NAME).{}:{}",
-            ctx.names.service_fqdn(&ctx.names.headless_service()),
-            ctx.ports.valkey
-        )
-    } else {
-        format!("redis://127.0.0.1:{}", ctx.ports.valkey)
-    };
-    env.push(env_value("REDIS_ADDR", address));
+    }
+    env.push(env_value("REDIS_ADDR", exporter_address(ctx, tls)));
     env.push(env_value(
         "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
         format!(":{port}"),
@@ -387,15 +417,23 @@ fn exporter_container(ctx: &Ctx<'_>, tls: bool) -> Result<Container, RenderError
     // Never export key values (honoured: e2e operator_metrics).
     // REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT asks to turn off the multi-target /scrape endpoint,
     // but redis_exporter has no such option (checked in v1.74.0, which ignores it): /scrape stays
-    // served and reuses REDIS_PASSWORD for any target it is given, a known gap the README states
-    // and operator_metrics pins.
+    // served for any target.
     env.push(env_value(
         "REDIS_EXPORTER_DISABLE_EXPORTING_KEY_VALUES",
         "true",
     ));
     env.push(env_value("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"));
-    env.extend(password_env(ctx, "REDIS_PASSWORD"));
     let mut mounts = Vec::new();
+    if exporter_auth(ctx) {
+        // Never REDIS_PASSWORD: redis_exporter would send it to any /scrape?target=. The password
+        // map (written by the init from the auth Secret) holds it only under this pod's own
+        // REDIS_ADDR, so every other target is dialled without a password (e2e operator_metrics).
+        env.push(env_value(
+            "REDIS_PASSWORD_FILE",
+            paths::EXPORTER_PASSWORD_FILE,
+        ));
+        mounts.push(mount(volume::EXPORTER_AUTH, paths::EXPORTER_AUTH_DIR, true));
+    }
     if tls {
         env.push(env_value("REDIS_EXPORTER_TLS_CA_CERT_FILE", TLS_CA_FILE));
         env.push(env_value(
@@ -448,6 +486,17 @@ fn volumes(ctx: &Ctx<'_>, tls: Option<&TlsSecrets>) -> Vec<Volume> {
             ..Volume::default()
         },
     ];
+    if exporter_auth(ctx) {
+        volumes.push(Volume {
+            name: volume::EXPORTER_AUTH.to_owned(),
+            // In memory: the exporter's password map holds the password.
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity("1Mi".to_owned())),
+            }),
+            ..Volume::default()
+        });
+    }
     if !ctx.spec.persistence_enabled() {
         volumes.push(Volume {
             name: volume::DATA.to_owned(),

@@ -34,6 +34,11 @@ pub mod paths {
     pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
     /// The Sentinel tier's TLS Secret in the observer, when it differs from the data tier's.
     pub const SENTINEL_TLS_DIR: &str = "/tls-sentinel";
+    /// In-memory emptyDir (auth and metrics on) the data init writes the exporter's password
+    /// map into; read-only in the exporter.
+    pub const EXPORTER_AUTH_DIR: &str = "/etc/vko-exporter";
+    /// redis_exporter's password map (`--redis.password-file`): `{"<REDIS_ADDR>": "<password>"}`.
+    pub const EXPORTER_PASSWORD_FILE: &str = "/etc/vko-exporter/passwords.json";
 }
 
 /// Binary of the sidecar, init and Sentinel init containers.
@@ -45,6 +50,9 @@ pub const OBSERVER_BINARY: &str = "vko-observer";
 pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
 /// Env var `valkey-cli` reads the password from, so the probes never put it on a command line.
 pub const CLI_AUTH_ENV: &str = "REDISCLI_AUTH";
+/// Env var of the data init with the exact address the exporter dials (its `REDIS_ADDR`), the key
+/// of the exporter's password map.
+pub const EXPORTER_ADDR_ENV: &str = "VKO_EXPORTER_REDIS_ADDR";
 /// Env var carrying the TLS-material fingerprint.
 pub const TLS_HASH_ENV: &str = "VKO_TLS_MATERIAL_HASH";
 

@@ -149,6 +149,50 @@ spec:
     snapshot_full("unified-certificate", &valkey, &inputs_for(&valkey));
 }
 
+/// With auth and metrics the exporter gets no `REDIS_PASSWORD`, only `REDIS_PASSWORD_FILE`: a
+/// password map the init writes (from `VALKEY_PASSWORD`) into an in-memory emptyDir under the
+/// exporter's exact `REDIS_ADDR`; without TLS that is `redis://127.0.0.1:<port>`, with TLS the
+/// pod's DNS name. The init, the exporter and the volumes of the data pod, plain and TLS.
+#[test]
+fn exporter_password_map_with_auth() {
+    let mut out = Vec::new();
+    for (label, tls) in [
+        ("plain", ""),
+        ("tls", "  tls: { enabled: true, secretName: mx-tls }\n"),
+    ] {
+        let valkey = valkey_from_yaml(&format!(
+            r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {{ name: mx }}
+spec:
+  replicas: 2
+  image: valkey/valkey:8.0
+  auth: {{ secretName: pw }}
+  metrics: {{ enabled: true }}
+{tls}"#
+        ));
+        let rendered = render(&valkey, &inputs_for(&valkey)).expect("renders");
+        let pod = rendered.statefulsets[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .expect("pod spec");
+        let exporter = pod
+            .containers
+            .iter()
+            .find(|c| c.name == "exporter")
+            .expect("exporter");
+        out.push(serde_json::json!({
+            "case": label,
+            "init": pod.init_containers.as_ref().expect("init")[0],
+            "exporter": exporter,
+            "volumes": pod.volumes,
+        }));
+    }
+    insta::assert_yaml_snapshot!(out);
+}
+
 #[test]
 fn fresh_tls_cluster_waits_for_its_fingerprint_and_missing_crds_are_reported() {
     let valkey = valkey_from_yaml(
