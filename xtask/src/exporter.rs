@@ -9,12 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use vko_testbed::controlplane::format_duration;
 use vko_testbed::kubelet::images::{REDIS_EXPORTER_VERSION, redis_exporter_dir};
-use vko_testbed::paths;
 
-/// Written last into the cache directory: its presence (with this content) means "complete".
-const STAMP: &str = "VERSION";
+use crate::go_cache::CachedTool;
+
 const BINARY: &str = "redis_exporter";
 
 #[derive(clap::Args)]
@@ -43,56 +41,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// The cached redis_exporter binary.
 pub fn exporter_binary() -> PathBuf {
-    redis_exporter_dir().join(BINARY)
+    tool().binary_path()
 }
 
-fn stamp() -> String {
-    format!("redis_exporter {REDIS_EXPORTER_VERSION}\n")
-}
-
-fn is_complete(dir: &Path) -> bool {
-    dir.join(BINARY).is_file()
-        && std::fs::read_to_string(dir.join(STAMP)).is_ok_and(|found| found == stamp())
+fn tool() -> CachedTool<'static> {
+    CachedTool {
+        name: "redis_exporter",
+        version: REDIS_EXPORTER_VERSION,
+        dir: redis_exporter_dir(),
+        binary: BINARY,
+    }
 }
 
 /// Builds redis_exporter into the cache when missing; returns its path.
 pub fn build() -> anyhow::Result<PathBuf> {
-    let dest = redis_exporter_dir();
-    if is_complete(&dest) {
-        println!(
-            "redis_exporter {REDIS_EXPORTER_VERSION}: cached in {}",
-            dest.display()
-        );
-        return Ok(exporter_binary());
-    }
-    let parent = paths::cache_root();
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    // Built aside and renamed into place, so an interrupted build never looks complete.
-    let staging = parent.join(format!(
-        ".redis_exporter-{REDIS_EXPORTER_VERSION}.building-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
-    let result = go_build(&staging).and_then(|elapsed| {
-        std::fs::write(staging.join(STAMP), stamp()).context("writing the version stamp")?;
-        if dest.exists() {
-            std::fs::remove_dir_all(&dest)
-                .with_context(|| format!("replacing {}", dest.display()))?;
-        }
-        std::fs::rename(&staging, &dest)
-            .with_context(|| format!("moving redis_exporter to {}", dest.display()))?;
-        println!(
-            "redis_exporter {REDIS_EXPORTER_VERSION}: built into {} in {}",
-            dest.display(),
-            format_duration(elapsed)
-        );
-        Ok(exporter_binary())
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    result
+    tool().build_with(go_build)
 }
 
 fn go_build(out_dir: &Path) -> anyhow::Result<std::time::Duration> {

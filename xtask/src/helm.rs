@@ -8,13 +8,12 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use vko_testbed::controlplane::format_duration;
 use vko_testbed::paths;
+
+use crate::go_cache::CachedTool;
 
 /// The helm release `xtask/helm/go.mod` requires (a unit test keeps the two equal).
 pub const HELM_VERSION: &str = "v3.22.0";
-/// Written last into the cache directory: its presence (with this content) means "complete".
-const STAMP: &str = "VERSION";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,53 +46,21 @@ pub fn helm_dir() -> PathBuf {
 
 /// The cached helm binary.
 pub fn helm_binary() -> PathBuf {
-    helm_dir().join("helm")
+    tool().binary_path()
 }
 
-fn stamp() -> String {
-    format!("helm {HELM_VERSION}\n")
-}
-
-fn is_complete(dir: &std::path::Path) -> bool {
-    dir.join("helm").is_file()
-        && std::fs::read_to_string(dir.join(STAMP)).is_ok_and(|found| found == stamp())
+fn tool() -> CachedTool<'static> {
+    CachedTool {
+        name: "helm",
+        version: HELM_VERSION,
+        dir: helm_dir(),
+        binary: "helm",
+    }
 }
 
 /// Builds helm into the cache when missing; returns its path.
 pub fn build() -> anyhow::Result<PathBuf> {
-    let dest = helm_dir();
-    if is_complete(&dest) {
-        println!("helm {HELM_VERSION}: cached in {}", dest.display());
-        return Ok(helm_binary());
-    }
-    let parent = paths::cache_root();
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    // Built aside and renamed into place, so an interrupted build never looks complete.
-    let staging = parent.join(format!(
-        ".helm-{HELM_VERSION}.building-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
-    let result = go_build(&staging).and_then(|elapsed| {
-        std::fs::write(staging.join(STAMP), stamp()).context("writing the version stamp")?;
-        if dest.exists() {
-            std::fs::remove_dir_all(&dest)
-                .with_context(|| format!("replacing {}", dest.display()))?;
-        }
-        std::fs::rename(&staging, &dest)
-            .with_context(|| format!("moving helm to {}", dest.display()))?;
-        println!(
-            "helm {HELM_VERSION}: built into {} in {}",
-            dest.display(),
-            format_duration(elapsed)
-        );
-        Ok(helm_binary())
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    result
+    tool().build_with(go_build)
 }
 
 fn go_build(out_dir: &std::path::Path) -> anyhow::Result<std::time::Duration> {

@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod exporter;
 mod gen_crd;
+mod go_cache;
 mod helm;
 mod test;
 mod testbed;
