@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             "--nocapture",
                         ]
                         .map(String::from);
-                        cargo_e2e(&root, &args).context("helm_uninstall_crd failed")
+                        cargo_e2e(&root, &args, &[]).context("helm_uninstall_crd failed")
                     },
                 );
             } else {
@@ -214,7 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
-    cargo_e2e(root, extra_args).context("end-to-end tests failed")
+    cargo_e2e(root, extra_args, &[]).context("end-to-end tests failed")
 }
 
 /// `rbac_least_privilege` is `#[ignore]`d in the suite's own run (it must see the whole suite's audit
@@ -228,11 +228,42 @@ fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
         "--nocapture",
     ]
     .map(String::from);
-    cargo_e2e(root, &args).context("the chart's operator RBAC is not least-privilege")
+    let verdict_file =
+        std::env::temp_dir().join(format!("vko-rbac-verdict-{}", std::process::id()));
+    let _ = std::fs::remove_file(&verdict_file);
+    let result = cargo_e2e(
+        root,
+        &args,
+        &[("VKO_RBAC_VERDICT_FILE", verdict_file.as_path())],
+    );
+    // The test writes its failed reasons here: they go into the summary, the tail of a CI log.
+    let reasons = std::fs::read_to_string(&verdict_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&verdict_file);
+    match result {
+        Ok(()) => Ok(()),
+        Err(error) if reasons.trim().is_empty() => {
+            Err(error.context("the chart's operator RBAC is not least-privilege"))
+        }
+        Err(error) => {
+            let reasons: Vec<&str> = reasons.lines().collect();
+            let mut shown = reasons
+                .iter()
+                .take(5)
+                .copied()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if reasons.len() > 5 {
+                shown.push_str(&format!("; and {} more", reasons.len() - 5));
+            }
+            Err(error.context(format!(
+                "the chart's operator RBAC is not least-privilege: {shown}"
+            )))
+        }
+    }
 }
 
 /// `cargo test -p vko-e2e --features e2e <extra_args>` against the running testbed.
-fn cargo_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
+fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyhow::Result<()> {
     let paths = Paths::from_env();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
@@ -246,6 +277,7 @@ fn cargo_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
             "e2e",
         ])
         .args(extra_args)
+        .envs(envs.iter().copied())
         .current_dir(root)
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())

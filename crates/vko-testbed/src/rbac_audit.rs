@@ -69,6 +69,10 @@ pub struct Request {
     pub refused: Option<String>,
     /// When the API server received it (RFC 3339, microseconds, UTC: compares as text).
     pub received: String,
+    /// When its last recorded stage was written (the response; same format). Authorization runs
+    /// after API Priority and Fairness has queued the request, so a request can be received
+    /// before a binding's deletion and still be authorized after it.
+    pub completed: String,
     /// A refusal that came after the identity's binding was deleted (an uninstall while the
     /// operator pod still ran): not a missing rule.
     pub after_unbinding: bool,
@@ -121,6 +125,8 @@ struct AuditEvent {
     annotations: HashMap<String, String>,
     #[serde(default)]
     request_received_timestamp: String,
+    #[serde(default)]
+    stage_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -190,8 +196,10 @@ pub struct BindingChange {
 
 /// Marks the refusals that came after the refused ServiceAccount's binding was deleted. The chart
 /// names its bindings after the ServiceAccount (`<name>`, `<name>-leader-election`); when the last
-/// change of such a binding before the refusal was its deletion, the operator pod outlived its RBAC
-/// (helm uninstall deletes the bindings while the pod is still in its termination grace period).
+/// change of one of them before the refusal's response was its deletion, the operator pod outlived
+/// its RBAC (helm uninstall deletes the bindings while the pod is still in its termination grace
+/// period). The response time, not the arrival, is what counts: the request may have waited in
+/// the API server's fairness queue, before authorization, while the binding went.
 fn mark_refusals_after_unbinding(requests: &mut [Request], changes: &[BindingChange]) {
     for request in requests.iter_mut().filter(|r| r.refused.is_some()) {
         let Some(name) = request
@@ -202,17 +210,13 @@ fn mark_refusals_after_unbinding(requests: &mut [Request], changes: &[BindingCha
         else {
             continue;
         };
-        let own_binding = |change: &&BindingChange| {
-            change.name == name
-                || change
-                    .name
-                    .strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with('-'))
-        };
+        let leader_election = format!("{name}-leader-election");
+        let own_binding =
+            |change: &&BindingChange| change.name == name || change.name == leader_election;
         let last = changes
             .iter()
             .filter(own_binding)
-            .rfind(|change| change.at <= request.received);
+            .rfind(|change| change.at <= request.completed);
         request.after_unbinding = last.is_some_and(|change| !change.exists);
     }
 }
@@ -281,6 +285,7 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
             code,
             refused,
             received: event.request_received_timestamp,
+            completed: event.stage_timestamp,
             after_unbinding: false,
         };
         match by_id.get(&event.audit_id) {
@@ -363,6 +368,34 @@ impl Verdict {
             && self.wildcards.is_empty()
             && self.forbidden.is_empty()
             && self.too_thin.is_empty()
+    }
+
+    /// One line per reason the verdict failed (empty when it passed): short enough for a summary.
+    pub fn failures(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        lines.extend(
+            self.unused_writes
+                .iter()
+                .map(|grant| format!("granted write nobody used: {grant}")),
+        );
+        lines.extend(
+            self.wildcards
+                .iter()
+                .map(|wildcard| format!("wildcard: {wildcard}")),
+        );
+        lines.extend(
+            self.forbidden
+                .iter()
+                .map(|((verb, target), (count, message))| {
+                    format!("forbidden {verb} {target}: {count}x (first: {message})")
+                }),
+        );
+        lines.extend(
+            self.too_thin
+                .iter()
+                .map(|thin| format!("log too thin: {thin}")),
+        );
+        lines
     }
 }
 
@@ -685,6 +718,7 @@ mod tests {
                 format!("{resource} is forbidden: User \"vko-e2e-operator\" cannot {verb}")
             }),
             received: String::new(),
+            completed: String::new(),
             after_unbinding: false,
         }
     }
@@ -833,6 +867,14 @@ mod tests {
             assert_eq!(verdict.forbidden.len(), case.forbidden, "{}", case.name);
             assert_eq!(verdict.wildcards.len(), case.wildcards, "{}", case.name);
             assert_eq!(verdict.passed(), case.passed, "{}\n{verdict}", case.name);
+            // The summary lines name exactly the failed reasons.
+            assert_eq!(
+                verdict.failures().len(),
+                case.unused_writes.len() + case.forbidden + case.wildcards,
+                "{}: {:?}",
+                case.name,
+                verdict.failures()
+            );
         }
     }
 
@@ -905,10 +947,15 @@ mod tests {
                 r#"{{"auditID":"{id}","stage":"ResponseComplete","requestURI":"/x","verb":"{verb}","user":{{"username":"admin"}},"objectRef":{{"resource":"clusterrolebindings","name":"{name}","apiGroup":"rbac.authorization.k8s.io"}},"responseStatus":{{"code":200}},"requestReceivedTimestamp":"{at}"}}"#
             )
         };
-        let refusal = |id: &str, at: &str| {
+        // Received at `at`, answered 1 ms later (or at `completed`).
+        let refused_between = |id: &str, at: &str, completed: &str| {
             format!(
-                r#"{{"auditID":"{id}","stage":"ResponseComplete","requestURI":"/x","verb":"list","user":{{"username":"system:serviceaccount:rel:vko-valkey-operator"}},"objectRef":{{"resource":"pods"}},"responseStatus":{{"code":403,"message":"pods is forbidden: User \"system:serviceaccount:rel:vko-valkey-operator\" cannot list"}},"annotations":{{"authorization.k8s.io/decision":"forbid"}},"requestReceivedTimestamp":"{at}"}}"#
+                r#"{{"auditID":"{id}","stage":"ResponseComplete","requestURI":"/x","verb":"list","user":{{"username":"system:serviceaccount:rel:vko-valkey-operator"}},"objectRef":{{"resource":"pods"}},"responseStatus":{{"code":403,"message":"pods is forbidden: User \"system:serviceaccount:rel:vko-valkey-operator\" cannot list"}},"annotations":{{"authorization.k8s.io/decision":"forbid"}},"requestReceivedTimestamp":"{at}","stageTimestamp":"{completed}"}}"#
             )
+        };
+        let refusal = |id: &str, at: &str| {
+            let completed = at.replace(".000000Z", ".001000Z");
+            refused_between(id, at, &completed)
         };
         let log = [
             binding(
@@ -939,21 +986,48 @@ mod tests {
                 "vko-valkey-operator",
             ),
             refusal("r3", "2026-11-30T17:00:05.000000Z"),
+            // Received before the deletion, queued, refused after it: excused.
+            refused_between(
+                "r4",
+                "2026-11-30T17:00:05.900000Z",
+                "2026-11-30T17:00:06.100000Z",
+            ),
+            binding(
+                "b5",
+                "2026-11-30T17:00:06.000000Z",
+                "delete",
+                "vko-valkey-operator-leader-election",
+            ),
+            binding(
+                "b6",
+                "2026-11-30T17:00:07.000000Z",
+                "create",
+                "vko-valkey-operator-leader-election",
+            ),
+            // The migrate hook's binding (`<name>-migrate`) is not the operator's: its deletion
+            // after every upgrade excuses nothing.
+            binding(
+                "b7",
+                "2026-11-30T17:00:08.000000Z",
+                "delete",
+                "vko-valkey-operator-migrate",
+            ),
+            refusal("r5", "2026-11-30T17:00:09.000000Z"),
         ]
         .join("\n");
         let read = read_audit_log(&log, &identities);
-        assert_eq!(read.binding_changes.len(), 4);
+        assert_eq!(read.binding_changes.len(), 7);
         let excused: Vec<bool> = read.requests.iter().map(|r| r.after_unbinding).collect();
-        assert_eq!(excused, [false, true, false]);
+        assert_eq!(excused, [false, true, false, true, false]);
         let verdict = check(&[], &read.requests, &[], LOW);
-        assert_eq!(verdict.refused_after_unbinding, 1);
+        assert_eq!(verdict.refused_after_unbinding, 2);
         assert_eq!(
             verdict
                 .forbidden
                 .values()
                 .map(|(count, _)| count)
                 .sum::<usize>(),
-            2
+            3
         );
     }
 
@@ -1074,6 +1148,7 @@ not json
             code: 200,
             refused: None,
             received: String::new(),
+            completed: String::new(),
             after_unbinding: false,
         };
         let verdict = check(
