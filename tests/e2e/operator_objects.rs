@@ -2,7 +2,8 @@
 //! on the data pods becoming Ready: every child carries a controller ownerReference and goes with
 //! the CR (the PVC stays); a foreign ConfigMap under a generated name blocks with ForeignObject
 //! and is left untouched; a missing auth Secret holds the StatefulSet back with a condition and a
-//! Warning Event, and the Secret's creation alone brings the reconcile back.
+//! Warning Event, and the Secret's creation alone brings the reconcile back; deleting it again blocks
+//! again without touching the StatefulSet, the repeat counted on the same Event.
 
 #[path = "operator_support.rs"]
 mod operator_support;
@@ -46,6 +47,20 @@ async fn warning_events(client: &kube::Client, namespace: &str, regarding: &str)
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .collect()
+}
+
+/// Waits until the Valkey reports `ReconcileBlocked=True` with `reason`.
+async fn wait_blocked(
+    valkeys: &Api<Valkey>,
+    name: &str,
+    reason: &str,
+    what: &str,
+) -> anyhow::Result<Valkey> {
+    wait_for_valkey(valkeys, name, what, TIMEOUT, |v| {
+        condition(v, "ReconcileBlocked")
+            .is_some_and(|(status, found, _)| status == "True" && found == reason)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,15 +238,11 @@ async fn a_foreign_config_map_blocks_with_foreign_object_and_stays_untouched() {
     .await
     .unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey = wait_for_valkey(
+    let valkey = wait_blocked(
         &valkeys,
         "fo",
+        "ForeignObject",
         "ReconcileBlocked=True/ForeignObject",
-        TIMEOUT,
-        |v| {
-            condition(v, "ReconcileBlocked")
-                .is_some_and(|(status, reason, _)| status == "True" && reason == "ForeignObject")
-        },
     )
     .await
     .unwrap();
@@ -332,15 +343,11 @@ spec:
     .await
     .unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey = wait_for_valkey(
+    let valkey = wait_blocked(
         &valkeys,
         "sec",
+        "SecretMissing",
         "ReconcileBlocked=True/SecretMissing",
-        TIMEOUT,
-        |v| {
-            condition(v, "ReconcileBlocked")
-                .is_some_and(|(status, reason, _)| status == "True" && reason == "SecretMissing")
-        },
     )
     .await
     .unwrap();
@@ -400,10 +407,76 @@ spec:
         "recovered {:?} after the Secret was created",
         started.elapsed()
     );
-    assert!(
-        sts.get_opt("sec").await.unwrap().is_some(),
-        "the StatefulSet exists now"
+    let statefulset_uid = sts.get("sec").await.unwrap().uid();
+    assert!(statefulset_uid.is_some(), "the StatefulSet exists now");
+
+    // The Secret deleted by mistake: the same problem again. The StatefulSet (and its running pods)
+    // stay; the condition comes back, and the repeat is counted on the first Warning Event
+    // (events.k8s.io series) rather than written as a second one.
+    secrets
+        .delete("sec-password", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_blocked(
+        &valkeys,
+        "sec",
+        "SecretMissing",
+        "ReconcileBlocked=True/SecretMissing after the Secret was deleted",
+    )
+    .await
+    .unwrap();
+    let repeated = wait_until(
+        "the SecretMissing Warning Event counted twice",
+        TIMEOUT,
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let events = warning_events(&client, &ns, "sec").await;
+                let missing: Vec<Event> = events
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("SecretMissing"))
+                    .collect();
+                let counted = missing
+                    .iter()
+                    .any(|e| e.series.as_ref().is_some_and(|series| series.count == 2));
+                Ok(counted.then_some(missing))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        repeated.len(),
+        1,
+        "one Event object for the repeated problem: {repeated:#?}"
     );
+    assert!(
+        repeated[0]
+            .note
+            .as_deref()
+            .is_some_and(|note| note.contains("sec-password")),
+        "{:?}",
+        repeated[0].note
+    );
+    assert_eq!(
+        sts.get("sec").await.unwrap().uid(),
+        statefulset_uid,
+        "the StatefulSet stays while its Secret is missing"
+    );
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        "sec",
+        "ReconcileBlocked=False after the Secret came back",
+        TIMEOUT,
+        |v| condition(v, "ReconcileBlocked").is_some_and(|(status, _, _)| status == "False"),
+    )
+    .await
+    .unwrap();
 
     namespace.cleanup().await.unwrap();
 }

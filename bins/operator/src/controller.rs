@@ -15,7 +15,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -29,6 +28,7 @@ use crate::apply::{self, DesiredObject, FIELD_MANAGER};
 use crate::cache_sync::{self, SyncOutcome};
 use crate::dataplane::{self, DialConfig, MasterDecision, PodProbe};
 use crate::error::Error;
+use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::roll;
 use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
@@ -50,7 +50,7 @@ pub struct OperatorConfig {
 pub struct Context {
     pub client: kube::Client,
     pub stores: Stores,
-    pub recorder: Recorder,
+    pub events: EventPublisher,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// Consecutive failures per resource, for the backoff.
@@ -61,14 +61,14 @@ impl Context {
     pub fn new(
         client: kube::Client,
         stores: Stores,
-        recorder: Recorder,
+        events: EventPublisher,
         config: OperatorConfig,
         metrics: Arc<Metrics>,
     ) -> Context {
         Context {
             client,
             stores,
-            recorder,
+            events,
             config,
             metrics,
             failures: Mutex::new(HashMap::new()),
@@ -667,14 +667,17 @@ async fn write_status(
 
 async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
     let reference = valkey.object_ref(&());
-    let event = Event {
-        type_: event.type_,
-        reason: event.reason,
-        note: Some(event.note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(error) = ctx
+        .events
+        .publish(
+            &reference,
+            event.type_,
+            &event.reason,
+            &event.note,
+            "Reconcile",
+        )
+        .await
+    {
         tracing::warn!(error = %Error::EventPublish(error), "event not published");
     }
 }
@@ -886,17 +889,11 @@ pub async fn run(
         });
     }
 
-    let recorder = Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "vko-operator".into(),
-            instance: options.reporter_instance,
-        },
-    );
+    let events = EventPublisher::new(client.clone(), "vko-operator", options.reporter_instance);
     let ctx = Arc::new(Context::new(
         client.clone(),
         stores.clone(),
-        recorder,
+        events,
         options.config,
         metrics,
     ));
@@ -1115,13 +1112,7 @@ mod tests {
             let ctx = Arc::new(Context::new(
                 client.clone(),
                 stores,
-                Recorder::new(
-                    client,
-                    kube::runtime::events::Reporter {
-                        controller: "vko-operator".into(),
-                        instance: None,
-                    },
-                ),
+                EventPublisher::new(client, "vko-operator", None),
                 OperatorConfig {
                     operator_image: "vko.local/vko:dev".into(),
                     cluster_domain: "cluster.local".into(),

@@ -5,6 +5,7 @@ mod cache_sync;
 mod controller;
 mod dataplane;
 mod error;
+mod events;
 mod leader;
 mod metrics;
 mod migrate;
