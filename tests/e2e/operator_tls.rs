@@ -18,7 +18,11 @@
 //!   36379 over TLS and names master, replicas and peers by host name only;
 //! - deletes the master pod gracefully under a TLS writer doing plain `SET` (re-resolving the
 //!   master through Sentinel over TLS on any error): a new master, 0 OK'd writes lost, and the
-//!   cluster whole again (the old pod rejoins as a replica over TLS).
+//!   cluster whole again (the old pod rejoins as a replica over TLS);
+//! - rotates the CA under a TLS writer, in two certificate changes (`ca.crt` gains the next CA,
+//!   then certificate and key come from it): each change turns `TLSMaterialStale` True naming the
+//!   pods, rolls every pod of both tiers, and clears it with `TLSMaterialCurrent`; 0 OK'd writes
+//!   lost; afterwards every pod serves the next CA's certificate and the old CA alone is refused.
 //!
 //! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
@@ -69,6 +73,11 @@ struct Material {
     /// The same names and key, issued by the same CA, with only the serverAuth usage: the pods
     /// could not replicate with it.
     server_auth_only_cert: String,
+    /// A second CA, and a certificate for the same names with a new key issued by it: the
+    /// material of a CA rotation.
+    next_ca: String,
+    next_cert: String,
+    next_key: String,
 }
 
 fn ca_params(common_name: &str) -> CertificateParams {
@@ -91,9 +100,9 @@ fn ca_params(common_name: &str) -> CertificateParams {
 fn issue(ns: &str) -> anyhow::Result<Material> {
     let names = Names::new(NAME, ns, DOMAIN)?;
     let ca_key = KeyPair::generate()?;
-    let ca_params = ca_params("vko-e2e user CA");
-    let ca = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
+    let first_ca_params = ca_params("vko-e2e user CA");
+    let ca = first_ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(first_ca_params, ca_key);
 
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
@@ -136,11 +145,20 @@ fn issue(ns: &str) -> anyhow::Result<Material> {
     let mut server_auth_only = params.clone();
     server_auth_only.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let server_auth_only_cert = server_auth_only.signed_by(&key, &issuer)?;
+    let next_ca_key = KeyPair::generate()?;
+    let next_ca_params = ca_params("vko-e2e user CA, next");
+    let next_ca = next_ca_params.self_signed(&next_ca_key)?;
+    let next_issuer = Issuer::new(next_ca_params, next_ca_key);
+    let next_key = KeyPair::generate()?;
+    let next_cert = params.signed_by(&next_key, &next_issuer)?;
     Ok(Material {
         ca: ca.pem(),
         cert: cert.pem(),
         key: key.serialize_pem(),
         server_auth_only_cert: server_auth_only_cert.pem(),
+        next_ca: next_ca.pem(),
+        next_cert: next_cert.pem(),
+        next_key: next_key.serialize_pem(),
     })
 }
 
@@ -790,15 +808,30 @@ async fn master_deletion_under_a_tls_writer(
         },
     )
     .await?;
+    ensure!(
+        took < Duration::from_secs(15),
+        "new master only after {took:?}"
+    );
+    no_acknowledged_write_lost(writer, client, ns, dial, "TLS graceful handover").await
+}
+
+/// Lets `writer` make 300 more writes, stops it, and fails unless every write it saw OK'd is on
+/// the master Sentinel names now.
+async fn no_acknowledged_write_lost(
+    writer: TlsWriter,
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+    what: &str,
+) -> anyhow::Result<()> {
     let after = writer.acked().await;
     writer.wait_for(after + 300).await?;
     let log = writer.stop().await;
-
     let pods = Pods::list(client, ns).await?;
-    let final_master = dial.sentinel_master(&pods).await?;
-    let missing = missing_keys(&dial.valkey(&pods, &final_master).await?, &log.acked).await?;
+    let master = dial.sentinel_master(&pods).await?;
+    let missing = missing_keys(&dial.valkey(&pods, &master).await?, &log.acked).await?;
     eprintln!(
-        "TLS graceful handover: {} writes OK'd, {} lost, longest gap between OKs {:?}, switchover gaps {:?}, {} errors (first: {:?})",
+        "{what}: {} writes OK'd, {} lost, longest gap between OKs {:?}, switchover gaps {:?}, {} errors (first: {:?})",
         log.acked.len(),
         missing.len(),
         log.longest_gap(),
@@ -807,14 +840,196 @@ async fn master_deletion_under_a_tls_writer(
         log.errors.iter().take(5).collect::<Vec<_>>()
     );
     ensure!(
-        took < Duration::from_secs(15),
-        "new master only after {took:?}"
-    );
-    ensure!(
         missing.is_empty(),
         "{} OK'd writes lost: {:?}",
         missing.len(),
         missing.iter().take(20).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// `TLSMaterialStale` as (status, reason, message).
+fn tls_material_stale(valkey: &Valkey) -> Option<(String, String, String)> {
+    condition(valkey, "TLSMaterialStale")
+}
+
+/// Every pod of both tiers, by name, with its UID.
+async fn pod_uids(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut uids: Vec<(String, String)> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|pod| Some((pod.metadata.name?, pod.metadata.uid?)))
+        .filter(|(name, _)| name.starts_with(&format!("{NAME}-")))
+        .collect();
+    uids.sort();
+    Ok(uids)
+}
+
+/// One certificate change: the Secret's data replaced by `data`; `TLSMaterialStale` turns True
+/// naming pods of both tiers, the rolling update replaces every pod, the condition clears with
+/// `TLSMaterialCurrent`, and the cluster is OK again. Returns how long the roll took.
+async fn certificate_change_rolls_every_pod(
+    client: &kube::Client,
+    ns: &str,
+    data: serde_json::Value,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let before = pod_uids(client, ns).await?;
+    ensure!(before.len() == 6, "pods before the change: {before:?}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    secrets
+        .patch(
+            SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "stringData": data })),
+        )
+        .await?;
+    let changed = Instant::now();
+    let (_, _, message) = eventually(
+        Duration::from_secs(30),
+        &format!("TLSMaterialStale=True after {what}"),
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            match tls_material_stale(&valkey) {
+                Some(stale) if stale.0 == "True" => Ok(stale),
+                other => bail!("{other:?}"),
+            }
+        },
+    )
+    .await?;
+    eprintln!(
+        "{what}: TLSMaterialStale=True after {:?}: {message}",
+        changed.elapsed()
+    );
+    ensure!(message.contains("data tier: "), "{message}");
+    ensure!(message.contains(&format!("{NAME}-")), "{message}");
+
+    let after = eventually(
+        Duration::from_secs(400),
+        &format!("every pod replaced and TLSMaterialStale=False/TLSMaterialCurrent after {what}"),
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            let stale = tls_material_stale(&valkey);
+            ensure!(
+                stale.as_ref().is_some_and(
+                    |(status, reason, _)| status == "False" && reason == "TLSMaterialCurrent"
+                ),
+                "{stale:?}"
+            );
+            ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            ensure!(
+                valkey
+                    .status
+                    .as_ref()
+                    .is_some_and(|status| status.rolling_update.is_none()),
+                "still rolling"
+            );
+            let after = pod_uids(client, ns).await?;
+            ensure!(after.len() == 6, "{after:?}");
+            let kept: Vec<&(String, String)> =
+                after.iter().filter(|pod| before.contains(pod)).collect();
+            ensure!(kept.is_empty(), "not replaced yet: {kept:?}");
+            Ok(after)
+        },
+    )
+    .await?;
+    let took = changed.elapsed();
+    eprintln!(
+        "{what}: every pod replaced ({} pods) in {took:?}",
+        after.len()
+    );
+    Ok(took)
+}
+
+/// A CA rotation with a user Secret, in the two steps it takes when pods load their CA at start:
+/// first `ca.crt` gains the next CA (every pod replaced, so all trust both), then the certificate
+/// and key become the next CA's (every pod replaced again). Under a plain-`SET` TLS writer trusting
+/// both CAs: 0 OK'd writes lost. Afterwards every pod of both tiers serves the next CA's
+/// certificate: a client trusting only the next CA reaches all six, one trusting only the old CA
+/// is refused.
+async fn ca_rotation_rolls_without_loss(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+    material: &Material,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let initial = eventually(
+        Duration::from_secs(30),
+        "TLSMaterialStale=False/TLSMaterialCurrent on the healthy TLS cluster",
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            match tls_material_stale(&valkey) {
+                Some(condition)
+                    if condition.0 == "False" && condition.1 == "TLSMaterialCurrent" =>
+                {
+                    Ok(condition)
+                }
+                other => bail!("{other:?}"),
+            }
+        },
+    )
+    .await?;
+    eprintln!("before the rotation: TLSMaterialStale {initial:?}");
+
+    let bundle = format!("{}{}", material.ca, material.next_ca);
+    let both = Dial {
+        ca: bundle.clone().into_bytes(),
+        names: dial.names.clone(),
+    };
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), both.clone(), "rotate");
+    writer.wait_for(300).await?;
+    let trust = certificate_change_rolls_every_pod(
+        client,
+        ns,
+        serde_json::json!({ "ca.crt": bundle }),
+        "ca.crt gained the next CA",
+    )
+    .await?;
+    let leaf = certificate_change_rolls_every_pod(
+        client,
+        ns,
+        serde_json::json!({ "tls.crt": material.next_cert, "tls.key": material.next_key }),
+        "the certificate issued by the next CA",
+    )
+    .await?;
+    no_acknowledged_write_lost(
+        writer,
+        client,
+        ns,
+        &both,
+        &format!("CA rotation (two rolls, {trust:?} and {leaf:?})"),
+    )
+    .await?;
+    let pods = Pods::list(client, ns).await?;
+
+    let next_only = Dial {
+        ca: material.next_ca.clone().into_bytes(),
+        names: dial.names.clone(),
+    };
+    for pod in pods.names_with_prefix(&format!("{NAME}-")) {
+        let served = if pod.starts_with(&format!("{NAME}-sentinel-")) {
+            next_only.sentinel(&pods, &pod).await.map(|_| ())
+        } else {
+            next_only.valkey(&pods, &pod).await.map(|_| ())
+        };
+        served.with_context(|| format!("{pod} does not serve the next CA's certificate"))?;
+        let old = if pod.starts_with(&format!("{NAME}-sentinel-")) {
+            dial.sentinel(&pods, &pod).await.map(|_| ())
+        } else {
+            dial.valkey(&pods, &pod).await.map(|_| ())
+        };
+        ensure!(
+            old.is_err(),
+            "{pod} still accepted a client trusting only the old CA"
+        );
+    }
+    eprintln!(
+        "after the rotation: all 6 pods serve the next CA's certificate, the old CA is refused"
     );
     Ok(())
 }
@@ -839,7 +1054,8 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
         eprintln!("PHASE OK {took:?} after the TLS Secret got its ca.crt");
         let master = serves_tls_only(&client, &ns, &dial).await?;
         eprintln!("TLS only: plain ports refused, TLS SET/GET, tls-replication yes, Sentinel over TLS with host names; master {master}");
-        master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await
+        master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await?;
+        ca_rotation_rolls_without_loss(&client, &ns, &dial, &material).await
     }
     .await;
     if let Err(error) = outcome {

@@ -105,6 +105,8 @@ struct SecretView {
     auth_missing: bool,
     tls_hash: Option<String>,
     sentinel_tls_hash: Option<String>,
+    /// The Sentinel tier's fingerprint: its own Secret's, or the data Secret's when they share it.
+    sentinel_current_tls_hash: Option<String>,
     tls: Option<TlsOptions>,
     problems: Vec<Error>,
 }
@@ -253,6 +255,10 @@ fn observe_secrets(
                 }
             }
         }
+        view.sentinel_current_tls_hash = match &secrets.sentinel {
+            Some(_) => view.sentinel_tls_hash.clone(),
+            None => view.tls_hash.clone(),
+        };
         view.problems.extend(unusable.into_inner());
     }
     Ok(view)
@@ -604,6 +610,28 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
                 .as_deref(),
             &uid,
         ),
+        tls_material: spec.tls_enabled().then(|| {
+            let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
+                pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
+                    .collect::<Vec<_>>()
+            };
+            let mut tiers = vec![status::TierMaterial {
+                tier: "data",
+                current: secrets.tls_hash.clone(),
+                pods: fingerprints(&mut data_pods.values()),
+            }];
+            if spec.sentinel_enabled() {
+                let mut pods = fingerprints(&mut sentinel_pods.iter());
+                // The store's order is arbitrary; the message must not change between passes.
+                pods.sort();
+                tiers.push(status::TierMaterial {
+                    tier: "Sentinel",
+                    current: secrets.sentinel_current_tls_hash.clone(),
+                    pods,
+                });
+            }
+            tiers
+        }),
     };
     let current = valkey.status.as_ref();
     let next = status::desired_status(current, &snapshot, OPERATOR_VERSION, Time(Timestamp::now()));

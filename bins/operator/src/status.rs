@@ -45,6 +45,113 @@ pub struct Snapshot {
     pub roll: Option<vko_roll::Decision>,
     /// `status.observerReady`: `None` without an observer.
     pub observer_ready: Option<bool>,
+    /// The TLS fingerprints of both tiers (`None`: TLS is off).
+    pub tls_material: Option<Vec<TierMaterial>>,
+}
+
+/// One tier's TLS fingerprints: its Secret's now, and the one each pod was started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierMaterial {
+    /// `data` or `Sentinel`, for the message.
+    pub tier: &'static str,
+    /// The fingerprint of the tier's Secret now (`None`: the Secret cannot be read or used, so the
+    /// tier cannot be measured).
+    pub current: Option<String>,
+    /// (pod, the fingerprint in its template; `None`: it carries none, created by an older operator).
+    pub pods: Vec<(String, Option<String>)>,
+}
+
+/// The fingerprint a pod was created with: `VKO_TLS_MATERIAL_HASH` on whichever container carries
+/// it (the sidecar on the data tier, the sentinel container on the Sentinel tier), or the annotation
+/// older operators wrote.
+pub fn pod_tls_fingerprint(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let from_env = pod.spec.as_ref().and_then(|spec| {
+        spec.containers.iter().find_map(|container| {
+            container
+                .env
+                .iter()
+                .flatten()
+                .find(|env| env.name == vko_render::TLS_HASH_ENV)
+                .and_then(|env| env.value.clone())
+        })
+    });
+    from_env.or_else(|| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(LEGACY_TLS_HASH_ANNOTATION).cloned())
+    })
+}
+
+/// Where operators before 2026-08-27 recorded the fingerprint.
+const LEGACY_TLS_HASH_ANNOTATION: &str = "vko.gtrfc.com/tls-material-hash";
+
+/// `TLSMaterialStale` for this pass: (status, reason, message), or `None` to leave it as it is.
+/// True while a measured pod runs material older than its Secret's (a rotation the roll has not
+/// reached yet, or a roll that never started); stale pods are named even when the other tier
+/// cannot be measured, the all-clear only when both can. With TLS off, a standing `True` is
+/// retracted once.
+pub fn tls_material_condition(
+    tiers: Option<&[TierMaterial]>,
+    present: Option<&Condition>,
+) -> Option<(bool, ConditionReason, String)> {
+    let Some(tiers) = tiers else {
+        return present.filter(|c| c.status == "True").map(|_| {
+            (
+                false,
+                ConditionReason::TLSMaterialNotApplicable,
+                "TLS is turned off".to_owned(),
+            )
+        });
+    };
+    let list = |select: &dyn Fn(&TierMaterial, &Option<String>) -> bool| -> Vec<String> {
+        tiers
+            .iter()
+            .filter_map(|tier| {
+                let pods: Vec<&str> = tier
+                    .pods
+                    .iter()
+                    .filter(|(_, hash)| select(tier, hash))
+                    .map(|(pod, _)| pod.as_str())
+                    .collect();
+                (!pods.is_empty()).then(|| format!("{} tier: {}", tier.tier, pods.join(", ")))
+            })
+            .collect()
+    };
+    let stale = list(&|tier, hash| match (&tier.current, hash) {
+        (Some(current), Some(hash)) => current != hash,
+        _ => false,
+    });
+    if !stale.is_empty() {
+        return Some((
+            true,
+            ConditionReason::TLSMaterialRollPending,
+            format!(
+                "pods still run the TLS material from before the last certificate change ({}); \
+                 the rolling update replaces them",
+                stale.join("; ")
+            ),
+        ));
+    }
+    let unmeasured = list(&|_, hash| hash.is_none());
+    if !unmeasured.is_empty() {
+        return Some((
+            false,
+            ConditionReason::TLSMaterialUnmeasured,
+            format!(
+                "pods carry no TLS fingerprint (created by an older operator; a certificate \
+                 change does not replace them until something else does): {}",
+                unmeasured.join("; ")
+            ),
+        ));
+    }
+    tiers.iter().all(|tier| tier.current.is_some()).then(|| {
+        (
+            false,
+            ConditionReason::TLSMaterialCurrent,
+            "every pod runs the current TLS material".to_owned(),
+        )
+    })
 }
 
 /// `status.observerReady` from the observer Deployment under its generated name: ready only
@@ -307,6 +414,25 @@ pub fn desired_status(
             }
         }
     }
+    let tls_present = conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::TLSMaterialStale.as_str())
+        .cloned();
+    if let Some((status, reason, message)) =
+        tls_material_condition(snapshot.tls_material.as_deref(), tls_present.as_ref())
+    {
+        set_condition(
+            &mut conditions,
+            condition(
+                ConditionType::TLSMaterialStale,
+                status,
+                reason.as_str(),
+                message,
+                snapshot.generation,
+                &now,
+            ),
+        );
+    }
     let rolling_update = match &snapshot.roll {
         Some(roll) => crate::roll::status_of(&roll.state),
         None => current.and_then(|status| status.rolling_update.clone()),
@@ -467,6 +593,7 @@ mod tests {
             blocked: None,
             roll: None,
             observer_ready: None,
+            tls_material: None,
         }
     }
 
@@ -731,5 +858,208 @@ mod tests {
                 .iter()
                 .any(|e| e.reason == "MasterChanged" && e.note.contains("a-0 to a-1"))
         );
+    }
+
+    mod tls_material {
+        use super::*;
+
+        fn tier(
+            tier: &'static str,
+            current: Option<&str>,
+            pods: &[(&str, Option<&str>)],
+        ) -> TierMaterial {
+            TierMaterial {
+                tier,
+                current: current.map(str::to_owned),
+                pods: pods
+                    .iter()
+                    .map(|(pod, hash)| (pod.to_string(), hash.map(str::to_owned)))
+                    .collect(),
+            }
+        }
+
+        fn standing(status: &str) -> Condition {
+            Condition {
+                type_: "TLSMaterialStale".into(),
+                status: status.into(),
+                reason: "x".into(),
+                message: "x".into(),
+                observed_generation: None,
+                last_transition_time: at(0),
+            }
+        }
+
+        #[test]
+        fn table() {
+            use ConditionReason::*;
+            let current_data = tier(
+                "data",
+                Some("new"),
+                &[("a-0", Some("new")), ("a-1", Some("new"))],
+            );
+            let current_sentinel = tier("Sentinel", Some("new"), &[("a-sentinel-0", Some("new"))]);
+            // (name, tiers, the condition standing, the expected (status, reason, named parts)).
+            type Case = (
+                &'static str,
+                Option<Vec<TierMaterial>>,
+                Option<Condition>,
+                Option<(bool, ConditionReason, &'static [&'static str])>,
+            );
+            let cases: Vec<Case> = vec![
+                (
+                    "all current",
+                    Some(vec![current_data.clone(), current_sentinel.clone()]),
+                    None,
+                    Some((false, TLSMaterialCurrent, &[])),
+                ),
+                (
+                    "a rotated data Secret, one pod replaced so far",
+                    Some(vec![
+                        tier(
+                            "data",
+                            Some("new"),
+                            &[("a-0", Some("old")), ("a-1", Some("new"))],
+                        ),
+                        current_sentinel.clone(),
+                    ]),
+                    None,
+                    Some((true, TLSMaterialRollPending, &["data tier: a-0"])),
+                ),
+                (
+                    "stale on both tiers",
+                    Some(vec![
+                        tier("data", Some("new"), &[("a-0", Some("old"))]),
+                        tier(
+                            "Sentinel",
+                            Some("new"),
+                            &[("a-sentinel-0", Some("old")), ("a-sentinel-1", Some("old"))],
+                        ),
+                    ]),
+                    None,
+                    Some((
+                        true,
+                        TLSMaterialRollPending,
+                        &[
+                            "data tier: a-0",
+                            "Sentinel tier: a-sentinel-0, a-sentinel-1",
+                        ],
+                    )),
+                ),
+                (
+                    "stale is reported while the other tier cannot be measured",
+                    Some(vec![
+                        tier("data", Some("new"), &[("a-0", Some("old"))]),
+                        tier("Sentinel", None, &[("a-sentinel-0", Some("x"))]),
+                    ]),
+                    None,
+                    Some((true, TLSMaterialRollPending, &["data tier: a-0"])),
+                ),
+                (
+                    "no all-clear while a tier cannot be measured",
+                    Some(vec![
+                        current_data.clone(),
+                        tier("Sentinel", None, &[("a-sentinel-0", Some("x"))]),
+                    ]),
+                    Some(standing("True")),
+                    None,
+                ),
+                (
+                    "pods without a fingerprint are unmeasured, not stale",
+                    Some(vec![tier(
+                        "data",
+                        Some("new"),
+                        &[("a-0", None), ("a-1", Some("new"))],
+                    )]),
+                    None,
+                    Some((false, TLSMaterialUnmeasured, &["data tier: a-0"])),
+                ),
+                (
+                    "stale wins over unmeasured",
+                    Some(vec![tier(
+                        "data",
+                        Some("new"),
+                        &[("a-0", None), ("a-1", Some("old"))],
+                    )]),
+                    None,
+                    Some((true, TLSMaterialRollPending, &["data tier: a-1"])),
+                ),
+                (
+                    "TLS off retracts a standing True",
+                    None,
+                    Some(standing("True")),
+                    Some((false, TLSMaterialNotApplicable, &[])),
+                ),
+                (
+                    "TLS off leaves a False alone",
+                    None,
+                    Some(standing("False")),
+                    None,
+                ),
+                ("TLS off and never written: nothing", None, None, None),
+            ];
+            for (name, tiers, present, want) in cases {
+                let got = tls_material_condition(tiers.as_deref(), present.as_ref());
+                match (got, want) {
+                    (None, None) => {}
+                    (Some((status, reason, message)), Some((want_status, want_reason, named))) => {
+                        assert_eq!(
+                            (status, reason),
+                            (want_status, want_reason),
+                            "{name}: {message}"
+                        );
+                        for part in named {
+                            assert!(message.contains(part), "{name}: {message:?} lacks {part:?}");
+                        }
+                    }
+                    (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn the_fingerprint_is_read_from_any_container_or_the_legacy_annotation() {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-0"},
+                "spec": {"containers": [
+                    {"name": "valkey", "env": [{"name": "OTHER", "value": "x"}]},
+                    {"name": "sidecar", "env": [{"name": "VKO_TLS_MATERIAL_HASH", "value": "h1"}]}
+                ]}
+            }))
+            .unwrap();
+            assert_eq!(pod_tls_fingerprint(&pod).as_deref(), Some("h1"));
+            let legacy: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-0", "annotations": {"vko.gtrfc.com/tls-material-hash": "h0"}},
+                "spec": {"containers": [{"name": "valkey"}]}
+            }))
+            .unwrap();
+            assert_eq!(pod_tls_fingerprint(&legacy).as_deref(), Some("h0"));
+            let none: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-0"}, "spec": {"containers": [{"name": "valkey"}]}
+            }))
+            .unwrap();
+            assert_eq!(pod_tls_fingerprint(&none), None);
+        }
+
+        #[test]
+        fn desired_status_writes_it_and_keeps_its_transition_time() {
+            let mut snapshot = super::standalone_ok();
+            snapshot.tls_material = Some(vec![tier("data", Some("new"), &[("a-0", Some("old"))])]);
+            let first = desired_status(None, &snapshot, "v", at(10));
+            let stale = find(Some(&first), ConditionType::TLSMaterialStale).unwrap();
+            assert_eq!(
+                (stale.status.as_str(), stale.reason.as_str()),
+                ("True", "TLSMaterialRollPending")
+            );
+            let again = desired_status(Some(&first), &snapshot, "v", at(20));
+            assert_eq!(first, again, "an unchanged pass writes nothing new");
+            snapshot.tls_material = Some(vec![tier("data", Some("new"), &[("a-0", Some("new"))])]);
+            let cleared = desired_status(Some(&again), &snapshot, "v", at(30));
+            let current = find(Some(&cleared), ConditionType::TLSMaterialStale).unwrap();
+            assert_eq!(
+                (current.status.as_str(), current.reason.as_str()),
+                ("False", "TLSMaterialCurrent")
+            );
+            assert_eq!(current.last_transition_time, at(30));
+        }
     }
 }

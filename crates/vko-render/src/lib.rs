@@ -66,7 +66,9 @@ pub use labels::{
     selector_labels, version_label_value,
 };
 pub use names::{MAX_NAME_LENGTH, Names};
-pub use pod::{EXPORTER_ADDR_ENV, OBSERVER_BINARY, PASSWORD_ENV, SIDECAR_BINARY, paths};
+pub use pod::{
+    EXPORTER_ADDR_ENV, OBSERVER_BINARY, PASSWORD_ENV, SIDECAR_BINARY, TLS_HASH_ENV, paths,
+};
 pub use ports::{PortPlan, SIDECAR_HEALTH};
 pub use version::{Feature, ValkeyVersion};
 
