@@ -5,6 +5,12 @@
 //! - Persistence rdb / aof / both: data survives deleting the (only) pod; each mode is its own
 //!   one-pod Valkey in the test's namespace; and every pod of a persistent 3 data + 3 Sentinel
 //!   cluster deleted at once: all keys back on all three data pods.
+//! - Storage changes on an existing cluster (volumeClaimTemplates are immutable): a bigger size is
+//!   reported (`StorageSpecNotApplied=True/VolumeClaimTemplatesImmutable`, a Warning Event) while
+//!   another change in the same edit still rolls the pod, the claims untouched; turning
+//!   persistence off holds the StatefulSet back (`RecreateRequired`, also on `ReconcileBlocked`) with
+//!   its claims and pod template untouched and the data still there; changing the spec back clears
+//!   both (`StorageSpecApplied`).
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
@@ -17,9 +23,11 @@ mod ha_support;
 use std::time::Duration;
 
 use ha_support::{Conn, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, call};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use operator_support::{condition, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 
@@ -347,6 +355,250 @@ async fn data_survives_deleting_every_pod_of_a_persistent_ha_cluster_at_once() {
             .text(),
         Some("value199")
     );
+
+    namespace.cleanup().await.unwrap();
+}
+
+/// (size of the `data` claim template, the first container's resources) of the live StatefulSet.
+async fn statefulset_storage_and_resources(
+    statefulsets: &Api<StatefulSet>,
+    name: &str,
+) -> anyhow::Result<(Option<String>, serde_json::Value)> {
+    use anyhow::Context;
+    let sts = statefulsets.get(name).await?;
+    let spec = sts.spec.context("StatefulSet without spec")?;
+    let size = spec
+        .volume_claim_templates
+        .unwrap_or_default()
+        .into_iter()
+        .find(|claim| claim.metadata.name.as_deref() == Some("data"))
+        .and_then(|claim| claim.spec?.resources?.requests?.get("storage").cloned())
+        .map(|quantity| quantity.0);
+    let pod_spec = spec.template.spec.context("pod template without spec")?;
+    let first = pod_spec.containers.first().context("no container")?;
+    Ok((size, serde_json::to_value(&first.resources)?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_changes_on_an_existing_cluster_are_reported_and_never_half_applied() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-storage").await.unwrap();
+    let ns = namespace.name().to_owned();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: st}\nspec: {replicas: 1, image: valkey/valkey:8.0, persistence: {enabled: true, mode: aof, size: 100Mi}}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let long = Duration::from_secs(180);
+    wait_for_valkey(&valkeys, "st", "1 ready and OK", long, ok_with(1))
+        .await
+        .unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let ip = pods.ip("st-0").unwrap();
+    for i in 0..50 {
+        let reply = call(&ip, VALKEY_PORT, &["SET", &format!("key{i}"), "kept"])
+            .await
+            .unwrap();
+        assert_eq!(reply, Reply::Simple("OK".into()));
+    }
+    let first_uid = pods.by_name["st-0"].metadata.uid.clone();
+    let condition_is = |type_: &'static str, status: &'static str, reason: &'static str| {
+        move |v: &Valkey| condition(v, type_).is_some_and(|(s, r, _)| s == status && r == reason)
+    };
+    assert!(
+        condition(&valkeys.get("st").await.unwrap(), "StorageSpecNotApplied").is_none(),
+        "no storage conflict ever: no condition"
+    );
+
+    // 1. A bigger size together with another change: the other change applies (the pod is
+    //    replaced with the new resources), the storage stays, and the difference is reported.
+    valkeys
+        .patch(
+            "st",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "persistence": {"size": "200Mi"},
+                "resources": {"requests": {"cpu": "37m"}},
+            }})),
+        )
+        .await
+        .unwrap();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "st",
+        "StorageSpecNotApplied=True/VolumeClaimTemplatesImmutable",
+        long,
+        condition_is(
+            "StorageSpecNotApplied",
+            "True",
+            "VolumeClaimTemplatesImmutable",
+        ),
+    )
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&valkey, "StorageSpecNotApplied").unwrap();
+    eprintln!("size changed: {message}");
+    assert!(
+        message.contains("100Mi") && message.contains("200Mi"),
+        "{message}"
+    );
+    let blocked = condition(&valkey, "ReconcileBlocked").unwrap();
+    assert_eq!(
+        blocked.0, "False",
+        "a size change does not block: {blocked:?}"
+    );
+    let (size, resources) = statefulset_storage_and_resources(&statefulsets, "st")
+        .await
+        .unwrap();
+    assert_eq!(
+        size.as_deref(),
+        Some("100Mi"),
+        "the claims stay as they are"
+    );
+    assert_eq!(resources["requests"]["cpu"], "37m", "{resources}");
+    wait_until("the pod replaced with the new resources", long, || {
+        let pods_api = pods_api.clone();
+        let first_uid = first_uid.clone();
+        async move {
+            let pod = pods_api.get_opt("st-0").await?;
+            Ok(pod
+                .filter(|pod| pod.metadata.uid != first_uid)
+                .filter(|pod| {
+                    pod.spec.as_ref().is_some_and(|spec| {
+                        spec.containers[0]
+                            .resources
+                            .as_ref()
+                            .and_then(|r| r.requests.as_ref())
+                            .and_then(|r| r.get("cpu"))
+                            .is_some_and(|cpu| cpu.0 == "37m")
+                    })
+                })
+                .map(|_| ()))
+        }
+    })
+    .await
+    .unwrap();
+    wait_for_valkey(&valkeys, "st", "OK after the restart", long, ok_with(1))
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let warned = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("StatefulSetRecreateRequired")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.as_deref().is_some_and(|n| n.contains("200Mi"))
+        });
+    assert!(
+        warned,
+        "a StatefulSetRecreateRequired Warning Event naming the size"
+    );
+
+    // 2. Back to the size the claims have: resolved.
+    valkeys
+        .patch(
+            "st",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"persistence": {"size": "100Mi"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        "st",
+        "StorageSpecNotApplied=False/StorageSpecApplied",
+        long,
+        condition_is("StorageSpecNotApplied", "False", "StorageSpecApplied"),
+    )
+    .await
+    .unwrap();
+
+    // 3. Persistence turned off: nothing is written to the StatefulSet (its pod template would
+    //    lose the claim while the claims stay); blocked with RecreateRequired. The data is there.
+    let before = statefulsets.get("st").await.unwrap();
+    valkeys
+        .patch(
+            "st",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "persistence": null,
+                "resources": {"requests": {"cpu": "41m"}},
+            }})),
+        )
+        .await
+        .unwrap();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "st",
+        "StorageSpecNotApplied=True/RecreateRequired and ReconcileBlocked=True/RecreateRequired",
+        long,
+        |v| {
+            condition_is("StorageSpecNotApplied", "True", "RecreateRequired")(v)
+                && condition_is("ReconcileBlocked", "True", "RecreateRequired")(v)
+        },
+    )
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&valkey, "ReconcileBlocked").unwrap();
+    eprintln!("persistence turned off: {message}");
+    // A few more passes must not write it either.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = statefulsets.get("st").await.unwrap();
+    assert_eq!(
+        before.metadata.generation, after.metadata.generation,
+        "the StatefulSet was written while persistence was off in the spec"
+    );
+    let (size, resources) = statefulset_storage_and_resources(&statefulsets, "st")
+        .await
+        .unwrap();
+    assert_eq!(size.as_deref(), Some("100Mi"));
+    assert_eq!(resources["requests"]["cpu"], "37m", "{resources}");
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let ip = pods.ip("st-0").unwrap();
+    assert_eq!(
+        call(&ip, VALKEY_PORT, &["DBSIZE"]).await.unwrap(),
+        Reply::Int(50)
+    );
+
+    // 4. Persistence back: both conditions clear by themselves, and the held change applies.
+    valkeys
+        .patch(
+            "st",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "persistence": {"enabled": true, "mode": "aof", "size": "100Mi"},
+            }})),
+        )
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        "st",
+        "StorageSpecNotApplied=False and ReconcileBlocked=False",
+        long,
+        |v| {
+            condition_is("StorageSpecNotApplied", "False", "StorageSpecApplied")(v)
+                && condition(v, "ReconcileBlocked").is_some_and(|(s, _, _)| s == "False")
+        },
+    )
+    .await
+    .unwrap();
+    let (_, resources) = statefulset_storage_and_resources(&statefulsets, "st")
+        .await
+        .unwrap();
+    assert_eq!(resources["requests"]["cpu"], "41m", "{resources}");
 
     namespace.cleanup().await.unwrap();
 }

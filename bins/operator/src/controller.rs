@@ -32,6 +32,7 @@ use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::roll;
 use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
+use crate::storage::{self, StorageConflict};
 use crate::stores::{ManagedKind, Stores};
 
 /// Version written to `status.operatorVersion` and every object's annotation.
@@ -290,6 +291,58 @@ fn desired_objects(
     Ok((desired, keep))
 }
 
+fn is_controlled_by<K: Resource>(object: &K, uid: &str) -> bool {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+}
+
+/// Step 3 helper: compares the rendered data StatefulSet's `volumeClaimTemplates` with the live
+/// one's (`None` when there is none to compare with: returns `None`). A claim set that differs
+/// holds the StatefulSet back (kept, not written); a size / class / access-mode difference keeps
+/// the live claims in what is applied, so every other change still goes through.
+fn guard_volume_claim_templates(
+    desired: &mut Vec<DesiredObject>,
+    keep: &mut ObjectKeys,
+    live: Option<&StatefulSet>,
+) -> Option<Option<StorageConflict>> {
+    let live = live?;
+    let name = live.metadata.name.clone()?;
+    let index = desired
+        .iter()
+        .position(|object| object.kind == ManagedKind::StatefulSet && object.name == name)?;
+    let live_templates = live
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.volume_claim_templates.clone())
+        .unwrap_or_default();
+    let wanted = &desired[index].body["spec"]["volumeClaimTemplates"];
+    let desired_templates: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        if wanted.is_null() {
+            Vec::new()
+        } else {
+            // The renderer wrote them from these types: a failure here is a bug, not input.
+            serde_json::from_value(wanted.clone()).ok()?
+        };
+    let found = storage::conflict(&live_templates, &desired_templates);
+    match &found {
+        Some(StorageConflict::RecreateRequired { .. }) => {
+            let held = desired.remove(index);
+            keep.insert(held.key());
+        }
+        Some(StorageConflict::Immutable { .. }) => {
+            if let Ok(live_value) = serde_json::to_value(&live_templates) {
+                desired[index].body["spec"]["volumeClaimTemplates"] = live_value;
+            }
+        }
+        None => {}
+    }
+    Some(found)
+}
+
 fn component_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(labels::COMPONENT).map(String::as_str)
 }
@@ -347,9 +400,26 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let rendered = vko_render::render(&valkey, &inputs);
 
     // ---- apply ----
+    // `None`: the storage was not compared this pass (no live StatefulSet, or nothing rendered).
+    let mut storage_check: Option<Option<StorageConflict>> = None;
     match &rendered {
         Ok(rendered) => match desired_objects(rendered, secrets.auth_missing) {
-            Ok((desired, keep)) => {
+            Ok((mut desired, mut keep)) => {
+                storage_check = guard_volume_claim_templates(
+                    &mut desired,
+                    &mut keep,
+                    ctx.stores
+                        .statefulset(&namespace, &names.data_statefulset())
+                        .as_deref()
+                        .filter(|live| is_controlled_by(*live, &uid)),
+                );
+                if let Some(Some(StorageConflict::RecreateRequired { difference })) = &storage_check
+                {
+                    problems.push(Error::StorageRecreateRequired {
+                        name: names.data_statefulset(),
+                        difference: difference.clone(),
+                    });
+                }
                 let stores = &ctx.stores;
                 let mut report = apply::apply_objects(
                     &ctx.client,
@@ -610,6 +680,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
                 .as_deref(),
             &uid,
         ),
+        storage: storage_check,
         tls_material: spec.tls_enabled().then(|| {
             let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
                 pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))

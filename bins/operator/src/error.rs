@@ -49,6 +49,11 @@ pub enum Error {
     )]
     TlsCertificateUnusable { name: String, problems: String },
 
+    /// `spec.persistence` turned on or off on an existing StatefulSet: its volume claims cannot
+    /// change, so nothing is written to it.
+    #[error("StatefulSet {name}: {difference}")]
+    StorageRecreateRequired { name: String, difference: String },
+
     /// Writing `status` failed.
     #[error("writing the status failed: {0}")]
     StatusWrite(#[source] kube::Error),
@@ -90,6 +95,7 @@ impl Error {
             Error::WriteFailed { .. } => "WriteFailed",
             Error::SecretMissing { .. } => "SecretMissing",
             Error::TlsCertificateUnusable { .. } => "TLSCertificateUnusable",
+            Error::StorageRecreateRequired { .. } => "RecreateRequired",
             Error::StatusWrite(_) => "StatusWriteFailed",
             Error::EventPublish(_) => "EventPublishFailed",
             Error::DataPlane { .. } => "DataPlaneCommandFailed",
@@ -104,7 +110,7 @@ impl Error {
     pub fn priority(&self) -> u8 {
         match self.reason() {
             "ForeignObject" => 0,
-            "SecretMissing" | "TLSCertificateUnusable" => 1,
+            "RecreateRequired" | "SecretMissing" | "TLSCertificateUnusable" => 1,
             "AdmissionWebhookDenied" => 2,
             "WriteFailed" => 3,
             _ => 4,

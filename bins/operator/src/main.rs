@@ -11,6 +11,7 @@ mod metrics;
 mod migrate;
 mod roll;
 mod status;
+mod storage;
 mod stores;
 
 use std::net::SocketAddr;

@@ -47,6 +47,9 @@ pub struct Snapshot {
     pub observer_ready: Option<bool>,
     /// The TLS fingerprints of both tiers (`None`: TLS is off).
     pub tls_material: Option<Vec<TierMaterial>>,
+    /// The data StatefulSet's claims against the spec (`None`: not compared this pass; `Some(None)`:
+    /// they match).
+    pub storage: Option<Option<crate::storage::StorageConflict>>,
 }
 
 /// One tier's TLS fingerprints: its Secret's now, and the one each pod was started with.
@@ -433,6 +436,43 @@ pub fn desired_status(
             ),
         );
     }
+    if let Some(storage) = &snapshot.storage {
+        let standing = conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::StorageSpecNotApplied.as_str())
+            .is_some_and(|c| c.status == "True");
+        let next = match storage {
+            Some(conflict) => Some(condition(
+                ConditionType::StorageSpecNotApplied,
+                true,
+                match conflict {
+                    crate::storage::StorageConflict::RecreateRequired { .. } => {
+                        ConditionReason::RecreateRequired.as_str()
+                    }
+                    crate::storage::StorageConflict::Immutable { .. } => {
+                        ConditionReason::VolumeClaimTemplatesImmutable.as_str()
+                    }
+                },
+                conflict.difference().to_owned(),
+                snapshot.generation,
+                &now,
+            )),
+            // Written only on a cluster that had a conflict.
+            None => standing.then(|| {
+                condition(
+                    ConditionType::StorageSpecNotApplied,
+                    false,
+                    ConditionReason::StorageSpecApplied.as_str(),
+                    "the StatefulSet's volume claims match spec.persistence".to_owned(),
+                    snapshot.generation,
+                    &now,
+                )
+            }),
+        };
+        if let Some(next) = next {
+            set_condition(&mut conditions, next);
+        }
+    }
     let rolling_update = match &snapshot.roll {
         Some(roll) => crate::roll::status_of(&roll.state),
         None => current.and_then(|status| status.rolling_update.clone()),
@@ -495,6 +535,19 @@ pub fn transition_events(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> Vec<
                 type_: EventType::Normal,
                 reason: ConditionReason::ReconcileSucceeded.as_str().to_owned(),
                 note: "Every managed object is applied again".into(),
+            });
+        }
+    }
+    if let Some(storage) = find(Some(new), ConditionType::StorageSpecNotApplied)
+        && storage.status == "True"
+    {
+        let same = find(old, ConditionType::StorageSpecNotApplied)
+            .is_some_and(|c| c.status == "True" && c.message == storage.message);
+        if !same {
+            events.push(EventSpec {
+                type_: EventType::Warning,
+                reason: "StatefulSetRecreateRequired".into(),
+                note: storage.message.clone(),
             });
         }
     }
@@ -594,6 +647,7 @@ mod tests {
             roll: None,
             observer_ready: None,
             tls_material: None,
+            storage: None,
         }
     }
 
@@ -1061,5 +1115,51 @@ mod tests {
             );
             assert_eq!(current.last_transition_time, at(30));
         }
+    }
+
+    #[test]
+    fn storage_spec_not_applied_is_written_only_after_a_conflict_and_warns_once_per_message() {
+        use crate::storage::StorageConflict;
+        let mut snapshot = standalone_ok();
+        snapshot.storage = Some(None);
+        let clean = desired_status(None, &snapshot, "v", at(10));
+        assert!(
+            find(Some(&clean), ConditionType::StorageSpecNotApplied).is_none(),
+            "no conflict ever: no condition"
+        );
+        snapshot.storage = Some(Some(StorageConflict::Immutable {
+            difference: "claim data: size 1Gi in the StatefulSet, 2Gi in the spec".into(),
+        }));
+        let stuck = desired_status(Some(&clean), &snapshot, "v", at(20));
+        let condition = find(Some(&stuck), ConditionType::StorageSpecNotApplied).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", "VolumeClaimTemplatesImmutable")
+        );
+        let events = transition_events(Some(&clean), &stuck);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == "StatefulSetRecreateRequired"
+                    && e.note.contains("2Gi")
+                    && matches!(e.type_, EventType::Warning)),
+            "{events:?}"
+        );
+        let again = desired_status(Some(&stuck), &snapshot, "v", at(30));
+        assert!(transition_events(Some(&stuck), &again).is_empty());
+        // Not compared this pass (e.g. nothing rendered): left as it is.
+        snapshot.storage = None;
+        let unknown = desired_status(Some(&again), &snapshot, "v", at(35));
+        assert_eq!(
+            find(Some(&unknown), ConditionType::StorageSpecNotApplied),
+            find(Some(&again), ConditionType::StorageSpecNotApplied)
+        );
+        snapshot.storage = Some(None);
+        let resolved = desired_status(Some(&unknown), &snapshot, "v", at(40));
+        let condition = find(Some(&resolved), ConditionType::StorageSpecNotApplied).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "StorageSpecApplied")
+        );
     }
 }
