@@ -1,6 +1,9 @@
 //! Standalone acceptance: the operator (host process) brings a one-pod `Valkey` to life.
 //! `kubectl get valkey` shows REPLICAS 1, READY 1, PHASE OK, MASTER `<name>-0`; only the `-rw`
-//! and `-headless` Services exist; SET/GET work through the `-rw` Service's endpoint.
+//! and `-headless` Services exist; SET/GET work through the `-rw` Service's endpoint. With the
+//! sidecar paused (SIGSTOP) and the master label taken off the pod, the `-rw` Service is empty and
+//! the operator says so (`RWServiceEmpty=True/NoPodLabeledMaster`); the resumed sidecar puts the
+//! label back and the condition clears (`MasterLabeled`).
 //!
 //! Needs the testbed to map the operator image `vko.local/vko:dev` to the workspace's built
 //! binaries (`vko-testbed serve --image vko.local/vko=<target/debug>`), with `vko-sidecar` built.
@@ -10,12 +13,14 @@ mod operator_support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use operator_support::{condition, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
+use vko_testbed::control::Fault;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, valkey_cli, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,6 +109,69 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
             .unwrap()
             .trim(),
         "hello"
+    );
+
+    // The -rw Service selects instanceRole=master, which only the sidecar writes.
+    let pause = Fault::Pause {
+        namespace: ns.clone(),
+        pod: "solo-0".into(),
+        container: "sidecar".into(),
+    };
+    testbed.fault(pause).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.patch(
+        "solo-0",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({"metadata": {"labels": {"vko.gtrfc.com/instanceRole": null}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let valkey = wait_for_valkey(
+        &valkeys,
+        "solo",
+        "RWServiceEmpty=True/NoPodLabeledMaster",
+        Duration::from_secs(60),
+        |v| {
+            condition(v, "RWServiceEmpty").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "NoPodLabeledMaster"
+            })
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "label removed, sidecar paused: {:?}",
+        condition(&valkey, "RWServiceEmpty")
+    );
+    let resume = Fault::Resume {
+        namespace: ns.clone(),
+        pod: "solo-0".into(),
+        container: "sidecar".into(),
+    };
+    testbed.fault(resume).await.unwrap();
+    let started = std::time::Instant::now();
+    wait_for_valkey(
+        &valkeys,
+        "solo",
+        "RWServiceEmpty=False/MasterLabeled after the sidecar resumed",
+        Duration::from_secs(60),
+        |v| {
+            condition(v, "RWServiceEmpty")
+                .is_some_and(|(status, reason, _)| status == "False" && reason == "MasterLabeled")
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "the resumed sidecar relabelled solo-0; cleared after {:?}",
+        started.elapsed()
+    );
+    let labels = pods.get("solo-0").await.unwrap().labels().clone();
+    assert_eq!(
+        labels.get("vko.gtrfc.com/instanceRole").map(String::as_str),
+        Some("master")
     );
 
     namespace.cleanup().await.unwrap();

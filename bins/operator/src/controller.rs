@@ -681,6 +681,15 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             &uid,
         ),
         storage: storage_check,
+        labeled_masters: data_pods
+            .iter()
+            .filter(|(ordinal, _)| **ordinal < replicas)
+            .filter(|(_, pod)| {
+                pod.labels().get(labels::INSTANCE_ROLE).map(String::as_str)
+                    == Some(labels::ROLE_MASTER)
+            })
+            .map(|(_, pod)| pod.name_any())
+            .collect(),
         tls_material: spec.tls_enabled().then(|| {
             let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
                 pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))

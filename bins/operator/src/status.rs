@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// The data StatefulSet's claims against the spec (`None`: not compared this pass; `Some(None)`:
     /// they match).
     pub storage: Option<Option<crate::storage::StorageConflict>>,
+    /// Data pods labelled `instanceRole=master` (the `-rw` Service's endpoints).
+    pub labeled_masters: Vec<String>,
 }
 
 /// One tier's TLS fingerprints: its Secret's now, and the one each pod was started with.
@@ -477,6 +479,49 @@ pub fn desired_status(
         Some(roll) => crate::roll::status_of(&roll.state),
         None => current.and_then(|status| status.rolling_update.clone()),
     };
+    let rw_standing = conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::RWServiceEmpty.as_str())
+        .is_some_and(|c| c.status == "True");
+    // Judged only on a settled cluster: every pod ready and answering, no roll, no failover. The
+    // sidecars write the label, so this reports on them.
+    let settled = verdict.ready && rolling_update.is_none() && !snapshot.sentinel_failover;
+    let rw = if snapshot.labeled_masters.is_empty() {
+        settled.then(|| {
+            condition(
+                ConditionType::RWServiceEmpty,
+                true,
+                ConditionReason::NoPodLabeledMaster.as_str(),
+                format!(
+                    "no data pod carries the {}={} label, so the {}-rw Service has no endpoints and \
+                     serves no writes; the sidecars set it: check the sidecar container logs of the \
+                     data pods",
+                    vko_api::consts::labels::INSTANCE_ROLE,
+                    vko_api::consts::labels::ROLE_MASTER,
+                    snapshot.name
+                ),
+                snapshot.generation,
+                &now,
+            )
+        })
+    } else {
+        rw_standing.then(|| {
+            condition(
+                ConditionType::RWServiceEmpty,
+                false,
+                ConditionReason::MasterLabeled.as_str(),
+                format!(
+                    "{} carries the master label",
+                    snapshot.labeled_masters.join(", ")
+                ),
+                snapshot.generation,
+                &now,
+            )
+        })
+    };
+    if let Some(rw) = rw {
+        set_condition(&mut conditions, rw);
+    }
     let master_pod = snapshot
         .master
         .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
@@ -648,6 +693,7 @@ mod tests {
             observer_ready: None,
             tls_material: None,
             storage: None,
+            labeled_masters: vec!["a-0".into()],
         }
     }
 
@@ -1160,6 +1206,38 @@ mod tests {
         assert_eq!(
             (condition.status.as_str(), condition.reason.as_str()),
             ("False", "StorageSpecApplied")
+        );
+    }
+
+    #[test]
+    fn rw_service_empty_only_on_a_settled_cluster_and_cleared_by_the_label() {
+        let mut snapshot = standalone_ok();
+        let labeled = desired_status(None, &snapshot, "v", at(10));
+        assert!(find(Some(&labeled), ConditionType::RWServiceEmpty).is_none());
+        snapshot.labeled_masters.clear();
+        let empty = desired_status(Some(&labeled), &snapshot, "v", at(20));
+        let condition = find(Some(&empty), ConditionType::RWServiceEmpty).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", "NoPodLabeledMaster")
+        );
+        assert!(condition.message.contains("a-rw"), "{}", condition.message);
+        // Not settled (the pod is not ready): no verdict either way, a standing one stays.
+        let mut unsettled = snapshot.clone();
+        unsettled.ready_pods = 0;
+        assert!(
+            find(
+                Some(&desired_status(Some(&labeled), &unsettled, "v", at(25))),
+                ConditionType::RWServiceEmpty
+            )
+            .is_none()
+        );
+        snapshot.labeled_masters = vec!["a-0".into()];
+        let back = desired_status(Some(&empty), &snapshot, "v", at(30));
+        let condition = find(Some(&back), ConditionType::RWServiceEmpty).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "MasterLabeled")
         );
     }
 }

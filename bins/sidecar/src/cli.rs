@@ -196,6 +196,12 @@ impl PodApi for NoPodApi {
     fn is_terminating<'a>(&'a self, _: &'a str) -> futures::future::BoxFuture<'a, Result<bool>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }
+    fn role_label<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
+    }
 }
 
 pub async fn run_init(args: InitArgs) -> Result<()> {

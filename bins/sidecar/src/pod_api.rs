@@ -13,6 +13,8 @@ pub trait PodApi: Send + Sync {
     fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>>;
     /// Is `pod` being deleted (deletionTimestamp set)?
     fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// The `vko.gtrfc.com/instanceRole` label `pod` carries now.
+    fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>>;
 }
 
 /// The real API, in-cluster credentials (the projected token).
@@ -53,6 +55,20 @@ impl PodApi for KubePodApi {
                 .await
                 .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))?;
             Ok(pod.metadata.deletion_timestamp.is_some())
+        })
+    }
+
+    fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async move {
+            let pod = self
+                .pods
+                .get(pod)
+                .await
+                .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))?;
+            Ok(pod
+                .metadata
+                .labels
+                .and_then(|labels| labels.get(vko_api::consts::labels::INSTANCE_ROLE).cloned()))
         })
     }
 }

@@ -41,12 +41,17 @@ pub struct Tick {
     pub hold_exit: Option<HoldExit>,
 }
 
+/// How often the loop reads its pod's role label back.
+const LABEL_RECHECK: Duration = Duration::from_secs(10);
+
 /// The loop's memory between passes.
 pub struct Keeper {
     node: Arc<Node>,
     local: Option<ValkeyClient>,
     last_run_id: Option<String>,
     last_label: Option<InstanceRole>,
+    /// When the pod's label was last read back (see [`LABEL_RECHECK`]).
+    last_label_check: Option<Instant>,
     last_hold_check: Option<Instant>,
     last_failover_request: Option<Instant>,
     last_wait_reason: Option<&'static str>,
@@ -63,6 +68,7 @@ impl Keeper {
             local: None,
             last_run_id: None,
             last_label: None,
+            last_label_check: None,
             last_hold_check: None,
             last_failover_request: None,
             last_wait_reason: None,
@@ -141,6 +147,27 @@ impl Keeper {
             None
         };
         let label = decide::label_for(&live, node.me(), sentinel_master.as_ref());
+        // What this loop wrote is not necessarily what the pod carries: anyone with access to the
+        // pod can change or drop the label, and the -rw / -r Services would follow silently.
+        if self.last_label == Some(label)
+            && self
+                .last_label_check
+                .is_none_or(|at| at.elapsed() >= LABEL_RECHECK)
+        {
+            self.last_label_check = Some(Instant::now());
+            match node.pods.role_label(&node.my_pod).await {
+                Ok(found) if found.as_deref() != Some(label.as_str()) => {
+                    tracing::warn!(
+                        found = ?found,
+                        label = label.as_str(),
+                        "the pod's instanceRole label was changed by someone else; restoring it"
+                    );
+                    self.last_label = None;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "could not read the pod label back"),
+            }
+        }
         if self.last_label != Some(label) {
             match node.pods.set_role_label(&node.my_pod, label).await {
                 Ok(()) => {

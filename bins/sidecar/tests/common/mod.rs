@@ -284,6 +284,9 @@ impl PodApi for FakePods {
     fn is_terminating<'a>(&'a self, _: &'a str) -> BoxFuture<'a, SidecarResult<bool>> {
         Box::pin(async move { Ok(self.terminating.load(Ordering::SeqCst)) })
     }
+    fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<Option<String>>> {
+        Box::pin(async move { Ok(self.last_label(pod).map(|role| role.as_str().to_owned())) })
+    }
 }
 
 /// The sidecar's view of `server`, its peers and Sentinels.
