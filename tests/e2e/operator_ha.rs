@@ -3,7 +3,10 @@
 //! all three; every Sentinel knows 2 replicas and 2 other Sentinels; a key written on the master is
 //! on both replicas; no IP address in any Sentinel reply or `INFO replication` (host names only).
 //! Then every pod (data and Sentinel) is deleted once, one at a time, each time waiting until the
-//! cluster is OK again, and all of it is checked again.
+//! cluster is OK again, and all of it is checked again. Last, a Sentinel peer that does not exist
+//! (a hello message published on the master with an unknown run id) makes every Sentinel count 3
+//! others: `SentinelPeersStale=True` names each; `SENTINEL RESET` on one Sentinel at a time clears
+//! it (`SentinelPeersCurrent`).
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
@@ -20,7 +23,7 @@ use ha_support::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
+use operator_support::{condition, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 
@@ -298,5 +301,103 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
         .await
         .unwrap();
 
+    stale_sentinel_peers_are_reported_until_reset(&client, &ns)
+        .await
+        .unwrap();
+
     namespace.cleanup().await.unwrap();
+}
+
+/// `SentinelPeersStale` with reason `reason`, as (status, message).
+fn peers_condition(valkey: &Valkey, reason: &str) -> Option<(String, String)> {
+    condition(valkey, "SentinelPeersStale")
+        .filter(|(_, found, _)| found == reason)
+        .map(|(status, _, message)| (status, message))
+}
+
+async fn stale_sentinel_peers_are_reported_until_reset(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    // The operator re-checks a healthy cluster every 60 s.
+    let recheck = Duration::from_secs(150);
+    wait_for_valkey(&valkeys, NAME, "SentinelPeersStale=False", recheck, |v| {
+        peers_condition(v, "SentinelPeersCurrent").is_some_and(|(status, _)| status == "False")
+    })
+    .await?;
+
+    let pods = Pods::list(client, ns).await?;
+    let master_host = ha_support::sentinel_master_host(&pods, NAME).await?;
+    let master = master_host.split('.').next().unwrap_or_default().to_owned();
+    let ip = pods.ip(&master).unwrap_or_default();
+    // <ip>,<port>,<run id>,<epoch>,<master name>,<master host>,<master port>,<master epoch>: a
+    // Sentinel that never existed, naming the current master at epoch 0 (no failover implied).
+    let hello = format!(
+        "10.255.255.254,26379,{},0,{NAME},{master_host},6379,0",
+        "f".repeat(40)
+    );
+    let reply = call(
+        &ip,
+        ha_support::VALKEY_PORT,
+        &["PUBLISH", "__sentinel__:hello", &hello],
+    )
+    .await?;
+    eprintln!("published a hello of a Sentinel that does not exist: {reply:?}");
+    let stale = wait_for_valkey(&valkeys, NAME, "SentinelPeersStale=True", recheck, |v| {
+        peers_condition(v, "SentinelPeersExceedReplicas").is_some_and(|(status, message)| {
+            status == "True" && message.matches(" knows 3").count() == 3
+        })
+    })
+    .await?;
+    eprintln!(
+        "stale peers: {:?}",
+        peers_condition(&stale, "SentinelPeersExceedReplicas")
+    );
+
+    for sentinel in pods.names_with_prefix(&format!("{NAME}-sentinel-")) {
+        let sentinel_ip = pods.ip(&sentinel).unwrap_or_default();
+        let reply = call(&sentinel_ip, SENTINEL_PORT, &["SENTINEL", "RESET", NAME]).await?;
+        anyhow::ensure!(
+            reply == Reply::Int(1),
+            "SENTINEL RESET on {sentinel}: {reply:?}"
+        );
+        // It rediscovers the master's replicas and its real peers from their hello messages
+        // (every 2 s) before the next one forgets anything.
+        wait_until(
+            &format!("{sentinel} to know its 2 real peers and 2 replicas again"),
+            Duration::from_secs(60),
+            || {
+                let sentinel_ip = sentinel_ip.clone();
+                async move {
+                    let peers = call(
+                        &sentinel_ip,
+                        SENTINEL_PORT,
+                        &["SENTINEL", "SENTINELS", NAME],
+                    )
+                    .await
+                    .map_err(|e| vko_testbed::Error::Other(format!("{e:#}")))?;
+                    let replicas =
+                        call(&sentinel_ip, SENTINEL_PORT, &["SENTINEL", "REPLICAS", NAME])
+                            .await
+                            .map_err(|e| vko_testbed::Error::Other(format!("{e:#}")))?;
+                    let count = |reply: &Reply| match reply {
+                        Reply::Array(Some(items)) => items.len(),
+                        _ => 0,
+                    };
+                    Ok((count(&peers) == 2 && count(&replicas) == 2).then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+    wait_for_valkey(
+        &valkeys,
+        NAME,
+        "SentinelPeersStale=False after SENTINEL RESET",
+        recheck,
+        |v| peers_condition(v, "SentinelPeersCurrent").is_some_and(|(status, _)| status == "False"),
+    )
+    .await?;
+    wait_all_ok(client, ns, "OK after the resets").await
 }

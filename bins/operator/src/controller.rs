@@ -489,6 +489,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let mut sentinel_unaware = Vec::new();
     let mut authority_note = None;
     let mut requeue_soon = false;
+    let mut sentinel_peers = None;
     if !statefulset_exists {
         master = None;
     } else if spec.sentinel_enabled() {
@@ -511,6 +512,18 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             .collect();
         master = dataplane::sentinel_majority(&name, &hosts);
         sentinel_failover = master.is_none();
+        let all_ready = ready_pods == i32::try_from(replicas).unwrap_or(i32::MAX)
+            && sentinel_pods.len() == usize::try_from(spec.sentinel_replicas()).unwrap_or(0)
+            && sentinel_pods.iter().all(|pod| dataplane::pod_is_ready(pod));
+        let mut peers: Vec<(String, u32)> = sentinel_pods
+            .iter()
+            .zip(&answers)
+            .filter_map(|(pod, answer)| Some((pod.name_any(), answer.as_ref()?.other_sentinels)))
+            .collect();
+        peers.sort();
+        if all_ready && !peers.is_empty() {
+            sentinel_peers = Some((peers, u32::try_from(spec.sentinel_replicas()).unwrap_or(0)));
+        }
         if let Some(master) = master {
             sentinel_unaware =
                 dataplane::replicas_unknown_to_sentinel(&name, master, &answers, &probes);
@@ -681,6 +694,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             &uid,
         ),
         storage: storage_check,
+        sentinel_peers,
         labeled_masters: data_pods
             .iter()
             .filter(|(ordinal, _)| **ordinal < replicas)

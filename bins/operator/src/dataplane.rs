@@ -323,6 +323,8 @@ pub async fn probe_data_pod(
 pub struct SentinelAnswer {
     pub master: String,
     pub replicas: Vec<String>,
+    /// `num-other-sentinels`: every peer this Sentinel has ever seen and not been reset to forget.
+    pub other_sentinels: u32,
 }
 
 /// Asks one Sentinel pod `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>`; `None` when it
@@ -352,6 +354,7 @@ pub async fn ask_sentinel(
     client.close().await;
     match answer {
         Ok(master) if !master.flags.is_down() => Some(SentinelAnswer {
+            other_sentinels: master.num_other_sentinels,
             master: master.host,
             replicas: replicas
                 .unwrap_or_default()
@@ -602,6 +605,7 @@ mod tests {
         ];
         let answer = |master: &str, replicas: &[&str]| {
             Some(SentinelAnswer {
+                other_sentinels: 2,
                 master: format!("vk-{master}.vk-headless.ns.svc.cluster.local"),
                 replicas: replicas
                     .iter()

@@ -52,6 +52,10 @@ pub struct Snapshot {
     pub storage: Option<Option<crate::storage::StorageConflict>>,
     /// Data pods labelled `instanceRole=master` (the `-rw` Service's endpoints).
     pub labeled_masters: Vec<String>,
+    /// (Sentinel pod, other Sentinels it knows) of the Sentinels that answered, with the number of
+    /// Sentinels the spec asks for; `None` unless every data and Sentinel pod is ready and one
+    /// answered.
+    pub sentinel_peers: Option<(Vec<(String, u32)>, u32)>,
 }
 
 /// One tier's TLS fingerprints: its Secret's now, and the one each pod was started with.
@@ -90,6 +94,38 @@ pub fn pod_tls_fingerprint(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Stri
 
 /// Where operators before 2026-08-27 recorded the fingerprint.
 const LEGACY_TLS_HASH_ANNOTATION: &str = "vko.gtrfc.com/tls-material-hash";
+
+/// `SentinelPeersStale`: a Sentinel that knows more peers than the cluster has Sentinels counts a
+/// failover majority over Sentinels that are gone (Sentinel never forgets a peer by itself).
+pub fn sentinel_peers_condition(
+    peers: &[(String, u32)],
+    sentinels: u32,
+) -> (bool, ConditionReason, String) {
+    let expected = sentinels.saturating_sub(1);
+    let stale: Vec<String> = peers
+        .iter()
+        .filter(|(_, known)| *known > expected)
+        .map(|(pod, known)| format!("{pod} knows {known}"))
+        .collect();
+    if stale.is_empty() {
+        (
+            false,
+            ConditionReason::SentinelPeersCurrent,
+            format!("every Sentinel that answered knows {expected} other Sentinels"),
+        )
+    } else {
+        (
+            true,
+            ConditionReason::SentinelPeersExceedReplicas,
+            format!(
+                "Sentinels know more peers than the {expected} others this cluster has ({}): a \
+                 failover needs a majority of all of them; run SENTINEL RESET <name> on one Sentinel \
+                 at a time while the master is healthy, or let the next Sentinel roll clear it",
+                stale.join(", ")
+            ),
+        )
+    }
+}
 
 /// `TLSMaterialStale` for this pass: (status, reason, message), or `None` to leave it as it is.
 /// True while a measured pod runs material older than its Secret's (a rotation the roll has not
@@ -522,6 +558,23 @@ pub fn desired_status(
     if let Some(rw) = rw {
         set_condition(&mut conditions, rw);
     }
+    if let Some((status, reason, message)) = snapshot
+        .sentinel_peers
+        .as_ref()
+        .map(|(peers, sentinels)| sentinel_peers_condition(peers, *sentinels))
+    {
+        set_condition(
+            &mut conditions,
+            condition(
+                ConditionType::SentinelPeersStale,
+                status,
+                reason.as_str(),
+                message,
+                snapshot.generation,
+                &now,
+            ),
+        );
+    }
     let master_pod = snapshot
         .master
         .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
@@ -694,6 +747,7 @@ mod tests {
             tls_material: None,
             storage: None,
             labeled_masters: vec!["a-0".into()],
+            sentinel_peers: None,
         }
     }
 
@@ -1238,6 +1292,44 @@ mod tests {
         assert_eq!(
             (condition.status.as_str(), condition.reason.as_str()),
             ("False", "MasterLabeled")
+        );
+    }
+
+    #[test]
+    fn sentinel_peers_stale_names_each_sentinel_that_knows_too_many() {
+        let (status, reason, message) =
+            sentinel_peers_condition(&[("a-sentinel-0".into(), 2), ("a-sentinel-1".into(), 2)], 3);
+        assert_eq!(
+            (status, reason),
+            (false, ConditionReason::SentinelPeersCurrent)
+        );
+        assert!(message.contains("knows 2 other"), "{message}");
+        let (status, reason, message) = sentinel_peers_condition(
+            &[
+                ("a-sentinel-0".into(), 3),
+                ("a-sentinel-1".into(), 2),
+                ("a-sentinel-2".into(), 4),
+            ],
+            3,
+        );
+        assert_eq!(
+            (status, reason),
+            (true, ConditionReason::SentinelPeersExceedReplicas)
+        );
+        assert!(
+            message.contains("a-sentinel-0 knows 3") && message.contains("a-sentinel-2 knows 4"),
+            "{message}"
+        );
+        assert!(!message.contains("a-sentinel-1"), "{message}");
+        // Not measured this pass: the condition is left as it is.
+        let mut snapshot = standalone_ok();
+        snapshot.sentinel_peers = Some((vec![("a-sentinel-0".into(), 3)], 3));
+        let stale = desired_status(None, &snapshot, "v", at(1));
+        snapshot.sentinel_peers = None;
+        let kept = desired_status(Some(&stale), &snapshot, "v", at(2));
+        assert_eq!(
+            find(Some(&kept), ConditionType::SentinelPeersStale),
+            find(Some(&stale), ConditionType::SentinelPeersStale)
         );
     }
 }
