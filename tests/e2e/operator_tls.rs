@@ -24,6 +24,8 @@
 //!   pods, rolls every pod of both tiers, and clears it with `TLSMaterialCurrent`; 0 OK'd writes
 //!   lost; afterwards every pod serves the next CA's certificate and the old CA alone is refused.
 //!
+//! A second test runs dual-port mode (`allowUnencrypted` on both tiers).
+//!
 //! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
@@ -1063,5 +1065,103 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
         panic!("{error:#}");
     }
 
+    namespace.cleanup().await.unwrap();
+}
+
+/// Dual-port mode (reference "Dual-Port Mode"): with `tls.allowUnencrypted` and
+/// `sentinel.allowUnencrypted` the plaintext ports 6379 and 26379 stay open next to 16379 and
+/// 36379; replication still runs over TLS (the replicas follow the master's TLS port), and
+/// Sentinel still names the TLS port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tls() {
+    vko_valkey::install_default_crypto_provider();
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-tls-dual").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let material = issue(&ns).unwrap();
+    let dial = Dial {
+        ca: material.ca.clone().into_bytes(),
+        names: Names::new(NAME, &ns, DOMAIN).unwrap(),
+    };
+    let outcome = async {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": SECRET},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": material.cert, "tls.key": material.key, "ca.crt": material.ca},
+        }))?;
+        secrets.create(&PostParams::default(), &secret).await?;
+        apply_yaml(
+            &client,
+            &ns,
+            &format!(
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3, allowUnencrypted: true}}, tls: {{enabled: true, secretName: {SECRET}, allowUnencrypted: true}}}}\n"
+            ),
+        )
+        .await?;
+        let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+        wait_for_valkey(&valkeys, NAME, "PHASE OK in dual-port mode", TIMEOUT, is_ok).await?;
+        let pods = Pods::list(&client, &ns).await?;
+        let master = dial.sentinel_master(&pods).await?;
+        let master_ip = pods.ip(&master).context("master IP")?;
+        // Plain text on 6379: a write on the master, read back on every replica over plain text.
+        let reply = ha_support::call(&master_ip, PLAIN_PORT, &["SET", "dual", "both ports"]).await?;
+        ensure!(reply == ha_support::Reply::Simple("OK".into()), "{reply:?}");
+        for pod in pods.names_with_prefix(&format!("{NAME}-")) {
+            let ip = pods.ip(&pod).context("pod IP")?;
+            if pod.starts_with(&format!("{NAME}-sentinel-")) {
+                let plain = ha_support::call(&ip, SENTINEL_PLAIN_PORT, &["PING"]).await?;
+                ensure!(plain == ha_support::Reply::Simple("PONG".into()), "{pod}: {plain:?}");
+                let named = dial
+                    .sentinel(&pods, &pod)
+                    .await?
+                    .get_master_addr_by_name(NAME)
+                    .await?
+                    .context("no master")?;
+                ensure!(named.1 == TLS_PORT, "{pod} names port {}", named.1);
+                continue;
+            }
+            let over_tls = dial.valkey(&pods, &pod).await?;
+            let replication = over_tls.info_replication().await?;
+            if pod != master {
+                ensure!(
+                    replication.role == ReplicationRole::Replica,
+                    "{pod}: {replication:?}"
+                );
+                let info = ha_support::call(&ip, PLAIN_PORT, &["INFO", "replication"]).await?;
+                let text = info.text().unwrap_or_default().to_owned();
+                ensure!(
+                    text.contains(&format!("master_port:{TLS_PORT}")),
+                    "{pod} does not replicate over the TLS port: {text}"
+                );
+                eventually(Duration::from_secs(30), "the write on the replica", || {
+                    let ip = ip.clone();
+                    async move {
+                        let value = ha_support::call(&ip, PLAIN_PORT, &["GET", "dual"]).await?;
+                        ensure!(value.text() == Some("both ports"), "{value:?}");
+                        Ok(())
+                    }
+                })
+                .await?;
+            }
+            let tls_replication = over_tls.config_get("tls-replication").await?;
+            ensure!(
+                tls_replication.iter().any(|(_, value)| value == "yes"),
+                "{pod}: tls-replication {tls_replication:?}"
+            );
+        }
+        eprintln!(
+            "dual-port: plain 6379 and 26379 answer, TLS 16379 and 36379 answer, replicas follow the master on {TLS_PORT}, Sentinel names {TLS_PORT}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(error) = outcome {
+        dump_container_logs(&client, &ns, 60).await;
+        panic!("{error:#}");
+    }
     namespace.cleanup().await.unwrap();
 }
