@@ -208,6 +208,15 @@ impl Dial {
             .with_context(|| format!("TLS connect to sentinel {pod}"))
     }
 
+    /// A verified TLS connection to `pod` (a Sentinel on its TLS port, a data pod on 16379).
+    async fn handshake(&self, pods: &Pods, pod: &str) -> anyhow::Result<()> {
+        if pod.starts_with(&format!("{NAME}-sentinel-")) {
+            self.sentinel(pods, pod).await.map(|_| ())
+        } else {
+            self.valkey(pods, pod).await.map(|_| ())
+        }
+    }
+
     /// The master pod as the first Sentinel that answers (over TLS) names it; the port must be
     /// the TLS port.
     async fn sentinel_master(&self, pods: &Pods) -> anyhow::Result<String> {
@@ -1014,19 +1023,12 @@ async fn ca_rotation_rolls_without_loss(
         names: dial.names.clone(),
     };
     for pod in pods.names_with_prefix(&format!("{NAME}-")) {
-        let served = if pod.starts_with(&format!("{NAME}-sentinel-")) {
-            next_only.sentinel(&pods, &pod).await.map(|_| ())
-        } else {
-            next_only.valkey(&pods, &pod).await.map(|_| ())
-        };
-        served.with_context(|| format!("{pod} does not serve the next CA's certificate"))?;
-        let old = if pod.starts_with(&format!("{NAME}-sentinel-")) {
-            dial.sentinel(&pods, &pod).await.map(|_| ())
-        } else {
-            dial.valkey(&pods, &pod).await.map(|_| ())
-        };
+        next_only
+            .handshake(&pods, &pod)
+            .await
+            .with_context(|| format!("{pod} does not serve the next CA's certificate"))?;
         ensure!(
-            old.is_err(),
+            dial.handshake(&pods, &pod).await.is_err(),
             "{pod} still accepted a client trusting only the old CA"
         );
     }

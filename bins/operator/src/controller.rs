@@ -458,11 +458,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let statefulset_exists = ctx
         .stores
         .statefulset(&namespace, &names.data_statefulset())
-        .is_some_and(|sts| {
-            sts.owner_references()
-                .iter()
-                .any(|owner| owner.controller == Some(true) && owner.uid == uid)
-        });
+        .is_some_and(|sts| is_controlled_by(sts.as_ref(), &uid));
     let ready_pods = data_pods
         .iter()
         .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))

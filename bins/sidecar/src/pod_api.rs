@@ -33,6 +33,15 @@ impl KubePodApi {
     }
 }
 
+impl KubePodApi {
+    async fn get(&self, pod: &str) -> Result<Pod> {
+        self.pods
+            .get(pod)
+            .await
+            .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))
+    }
+}
+
 impl PodApi for KubePodApi {
     fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
@@ -48,24 +57,14 @@ impl PodApi for KubePodApi {
     }
 
     fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            let pod = self
-                .pods
-                .get(pod)
-                .await
-                .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))?;
-            Ok(pod.metadata.deletion_timestamp.is_some())
-        })
+        Box::pin(async move { Ok(self.get(pod).await?.metadata.deletion_timestamp.is_some()) })
     }
 
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>> {
         Box::pin(async move {
-            let pod = self
-                .pods
+            Ok(self
                 .get(pod)
-                .await
-                .map_err(|e| SidecarError::Kube(format!("get pod {pod}: {e}")))?;
-            Ok(pod
+                .await?
                 .metadata
                 .labels
                 .and_then(|labels| labels.get(vko_api::consts::labels::INSTANCE_ROLE).cloned()))
