@@ -53,6 +53,45 @@ pub fn audit_log(paths: &Paths) -> PathBuf {
     paths.logs_dir().join("audit.log")
 }
 
+/// The testbed's record of every kube-apiserver start: one `<began> <ready>` line each, in the audit
+/// log's timestamp format (see [`crate::rbac_audit::read_apiserver_starts`]). Until it is ready, the
+/// API server's RBAC authorizer may refuse what the Roles grant; the RBAC check needs to know when.
+pub fn apiserver_starts(paths: &Paths) -> PathBuf {
+    paths.logs_dir().join("kube-apiserver-starts")
+}
+
+/// `at` as the audit log writes times: RFC 3339, UTC, microseconds (so they compare as text).
+fn audit_timestamp(at: time::OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.microsecond()
+    )
+}
+
+/// Appends one start (began now-ish, ready now) to [`apiserver_starts`].
+fn record_apiserver_start(paths: &Paths, began: time::OffsetDateTime) -> Result<()> {
+    use std::io::Write;
+    let path = apiserver_starts(paths);
+    let line = format!(
+        "{} {}\n",
+        audit_timestamp(began),
+        audit_timestamp(time::OffsetDateTime::now_utc())
+    );
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .map_err(Error::io(format!("writing {}", path.display())))
+}
+
 /// The audit policy file the API server reads ([`AUDIT_POLICY`]).
 pub fn audit_policy(paths: &Paths) -> PathBuf {
     paths.state_dir().join("audit-policy.yaml")
@@ -412,6 +451,7 @@ impl ControlPlane {
         .await?;
         tracing::info!("etcd is healthy");
 
+        let began = time::OffsetDateTime::now_utc();
         let apiserver = self.spawn("kube-apiserver", self.apiserver_args(&pki))?;
         let admin = admin_client(&self.paths).await?;
         wait_ready(
@@ -420,6 +460,7 @@ impl ControlPlane {
             || probe_get(&admin, "/readyz"),
         )
         .await?;
+        record_apiserver_start(&self.paths, began)?;
         tracing::info!("kube-apiserver is ready");
 
         let controller_manager = self.spawn(
@@ -472,6 +513,7 @@ impl ControlPlane {
             .pki
             .clone()
             .ok_or_else(|| Error::Other("the control plane has no PKI yet".into()))?;
+        let began = time::OffsetDateTime::now_utc();
         self.components[index].stop();
         let log = self.paths.component_log(NAME);
         let mut previous = log.clone().into_os_string();
@@ -484,6 +526,7 @@ impl ControlPlane {
             probe_get(&admin, "/readyz")
         })
         .await?;
+        record_apiserver_start(&self.paths, began)?;
         tracing::info!("kube-apiserver restarted and ready");
         Ok(())
     }
@@ -1178,6 +1221,15 @@ mod tests {
         assert!(flags.contains("gitMajor=1 "));
         assert!(flags.contains("gitMinor=34 "));
         assert!(flags.contains("k8s.io/client-go/pkg/version.gitVersion=v1.34.4"));
+    }
+
+    #[test]
+    fn audit_timestamps_have_the_audit_logs_shape() {
+        let at =
+            time::OffsetDateTime::from_unix_timestamp_nanos(1_796_000_000_123_456_789).unwrap();
+        assert_eq!(audit_timestamp(at), "2026-11-30T00:53:20.123456Z");
+        let east = at.to_offset(time::UtcOffset::from_hms(2, 0, 0).unwrap());
+        assert_eq!(audit_timestamp(east), "2026-11-30T00:53:20.123456Z");
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //!   check) and the operator did write Roles; a PATCH or PUT answered 201 (it created the object)
 //!   uses `create` as well, as the API server authorizes it so,
 //! - a rule uses a wildcard (`*`): no recording can prove a wildcard is needed,
-//! - the operator was refused (HTTP 403): a rule is missing,
+//! - the operator was refused (HTTP 403): a rule is missing -- unless the refusal came while the
+//!   API server was starting (before its readiness, its authorizer's RBAC cache may be empty: it
+//!   then refuses every component, kube-controller-manager included) and the rules do grant it,
+//!   or after the refused ServiceAccount's binding was deleted (an uninstall while its pod ran),
 //! - the log is too thin to prove anything (fewer than the minimum of operator requests, or no
 //!   successful write at all), so the check never passes vacuously.
 
@@ -76,6 +79,41 @@ pub struct Request {
     /// A refusal that came after the identity's binding was deleted (an uninstall while the
     /// operator pod still ran): not a missing rule.
     pub after_unbinding: bool,
+    /// A request answered while the API server was starting (see [`ApiserverStart`]).
+    pub during_apiserver_start: bool,
+}
+
+/// One start of kube-apiserver, from the moment the testbed began (re)starting it to the moment its
+/// `/readyz` first answered OK (same timestamp format as [`Request::received`]). Until `/readyz`'s
+/// `informer-sync` check passes, the RBAC authorizer may still be reading Roles and bindings and
+/// refuses what they grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiserverStart {
+    pub began: String,
+    pub ready: String,
+}
+
+/// Parses the testbed's record of API server starts: one `<began> <ready>` line per start.
+pub fn read_apiserver_starts(text: &str) -> Vec<ApiserverStart> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            Some(ApiserverStart {
+                began: fields.next()?.to_string(),
+                ready: fields.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Marks every request answered within one of `starts`.
+pub fn mark_requests_during_apiserver_starts(requests: &mut [Request], starts: &[ApiserverStart]) {
+    for request in requests.iter_mut() {
+        request.during_apiserver_start = starts.iter().any(|start| {
+            start.began.as_str() <= request.completed.as_str()
+                && request.completed.as_str() <= start.ready.as_str()
+        });
+    }
 }
 
 /// What a request was about: a resource (with its API group, optional subresource, whether it named a
@@ -287,6 +325,7 @@ pub fn read_audit_log(text: &str, identities: &OperatorIdentities) -> AuditLog {
             received: event.request_received_timestamp,
             completed: event.stage_timestamp,
             after_unbinding: false,
+            during_apiserver_start: false,
         };
         match by_id.get(&event.audit_id) {
             Some(&index) => {
@@ -358,6 +397,9 @@ pub struct Verdict {
     pub forbidden: BTreeMap<(String, String), (usize, String)>,
     /// Refusals after the identity's binding was deleted (see [`Request::after_unbinding`]).
     pub refused_after_unbinding: usize,
+    /// Refusals of something the rules grant, while the API server was starting (see
+    /// [`ApiserverStart`]).
+    pub refused_during_apiserver_start: usize,
     /// Why the log is too thin to prove anything, if it is.
     pub too_thin: Vec<String>,
 }
@@ -446,6 +488,43 @@ fn delegates(rules: &[PolicyRule], grant: &Grant) -> bool {
     })
 }
 
+/// The single grants of `rule` (every verb with every group and resource, or non-resource URL); none
+/// for a rule with a wildcard (those are reported, never matched).
+fn expand(rule: &PolicyRule) -> Vec<Grant> {
+    let groups = rule_list(&rule.api_groups);
+    let resources = rule_list(&rule.resources);
+    let non_resource_urls = rule_list(&rule.non_resource_urls);
+    let mut expanded = Vec::new();
+    for verb in &rule.verbs {
+        for group in groups {
+            for resource in resources {
+                expanded.push(Grant {
+                    verb: verb.clone(),
+                    api_group: group.clone(),
+                    resource: resource.clone(),
+                });
+            }
+        }
+        for url in non_resource_urls {
+            expanded.push(Grant {
+                verb: verb.clone(),
+                api_group: String::new(),
+                resource: url.clone(),
+            });
+        }
+    }
+    expanded
+}
+
+/// Whether one of `rules` allows `request`.
+fn rules_grant(rules: &[PolicyRule], request: &Request) -> bool {
+    rules.iter().any(|rule| {
+        expand(rule)
+            .iter()
+            .any(|grant| request_uses(request, grant, rule_list(&rule.resource_names)))
+    })
+}
+
 /// Compares the ClusterRole's `rules` with the recorded requests. `delegated` are the rules of the
 /// Roles the operator writes (the sidecar's): a grant only they need is not "unused" as long as the
 /// operator really wrote Roles.
@@ -507,6 +586,11 @@ pub fn check(
         };
         if request.after_unbinding {
             verdict.refused_after_unbinding += 1;
+        } else if request.refused.is_some()
+            && request.during_apiserver_start
+            && rules_grant(rules, request)
+        {
+            verdict.refused_during_apiserver_start += 1;
         } else if let Some(message) = &request.refused {
             verdict
                 .forbidden
@@ -549,26 +633,7 @@ pub fn check(
                 .push(format!("rule {index}: `*` in {}", wildcard_in.join(", ")));
             continue;
         }
-        let mut expanded = Vec::new();
-        for verb in &rule.verbs {
-            for group in groups {
-                for resource in resources {
-                    expanded.push(Grant {
-                        verb: verb.clone(),
-                        api_group: group.clone(),
-                        resource: resource.clone(),
-                    });
-                }
-            }
-            for url in non_resource_urls {
-                expanded.push(Grant {
-                    verb: verb.clone(),
-                    api_group: String::new(),
-                    resource: url.clone(),
-                });
-            }
-        }
-        for grant in expanded {
+        for grant in expand(rule) {
             let used = granted
                 .iter()
                 .any(|request| request_uses(request, &grant, resource_names));
@@ -671,6 +736,14 @@ impl fmt::Display for Verdict {
                 self.refused_after_unbinding
             )?;
         }
+        if self.refused_during_apiserver_start > 0 {
+            writeln!(
+                f,
+                "note: {} refusals of what the rules grant came while the API server was starting \
+                 (its RBAC cache not yet read; not failed)",
+                self.refused_during_apiserver_start
+            )?;
+        }
         write!(
             f,
             "verdict: {}",
@@ -720,6 +793,7 @@ mod tests {
             received: String::new(),
             completed: String::new(),
             after_unbinding: false,
+            during_apiserver_start: false,
         }
     }
 
@@ -1032,6 +1106,57 @@ mod tests {
     }
 
     #[test]
+    fn refusals_of_granted_requests_while_the_apiserver_starts_are_excused() {
+        let starts = read_apiserver_starts(
+            "2026-11-30T17:00:00.000000Z 2026-11-30T17:00:01.000000Z\n\
+             garbage\n\
+             2026-11-30T18:00:00.000000Z 2026-11-30T18:00:02.000000Z\n",
+        );
+        assert_eq!(starts.len(), 2, "a line without two fields is skipped");
+        let answered_at = |mut request: Request, at: &str| {
+            request.completed = at.to_string();
+            request
+        };
+        let mut requests = vec![
+            // During the first start, granted by the rules: excused.
+            answered_at(
+                request("watch", "apps", "statefulsets", 403),
+                "2026-11-30T17:00:00.500000Z",
+            ),
+            // During the second start, but no rule grants it: a missing rule all the same.
+            answered_at(
+                request("watch", "", "secrets", 403),
+                "2026-11-30T18:00:01.000000Z",
+            ),
+            // Granted by the rules, refused after the API server was ready: a real refusal.
+            answered_at(
+                request("watch", "apps", "statefulsets", 403),
+                "2026-11-30T17:00:01.000001Z",
+            ),
+            // Answered OK during a start: used, nothing to excuse.
+            answered_at(
+                request("patch", "apps", "statefulsets", 200),
+                "2026-11-30T18:00:00.100000Z",
+            ),
+        ];
+        mark_requests_during_apiserver_starts(&mut requests, &starts);
+        let during: Vec<bool> = requests.iter().map(|r| r.during_apiserver_start).collect();
+        assert_eq!(during, [true, true, false, true]);
+        let rules = [rule(&["apps"], &["statefulsets"], &["watch", "patch"])];
+        let verdict = check(&rules, &requests, &[], LOW);
+        assert_eq!(verdict.refused_during_apiserver_start, 1);
+        let forbidden: Vec<&(String, String)> = verdict.forbidden.keys().collect();
+        assert_eq!(forbidden.len(), 2, "{forbidden:?}");
+        assert!(!verdict.passed());
+        assert!(
+            verdict
+                .to_string()
+                .contains("1 refusals of what the rules grant"),
+            "{verdict}"
+        );
+    }
+
+    #[test]
     fn service_accounts_match_by_name_ending_in_any_namespace() {
         let identities = OperatorIdentities {
             users: vec!["vko-e2e-operator".into()],
@@ -1150,6 +1275,7 @@ not json
             received: String::new(),
             completed: String::new(),
             after_unbinding: false,
+            during_apiserver_start: false,
         };
         let verdict = check(
             std::slice::from_ref(&url_rule),
