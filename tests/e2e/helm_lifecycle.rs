@@ -44,8 +44,8 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{install_crd, ok_with, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
 const RELEASE: &str = "vko-helm";
@@ -209,11 +209,7 @@ async fn install_reconcile_upgrade_with_migrate_rollback_uninstall() {
         "solo",
         "phase OK with 1 ready replica",
         Duration::from_secs(180),
-        |v| {
-            v.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(1))
-        },
+        ok_with(1),
     )
     .await
     {

@@ -27,8 +27,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{install_crd, ok_with, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
 const RELEASE: &str = "vko-crd";
@@ -145,11 +145,7 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
         "kept",
         "phase OK with 1 ready replica",
         Duration::from_secs(180),
-        |v| {
-            v.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(1))
-        },
+        ok_with(1),
     )
     .await
     .unwrap();

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use operator_support::{install_crd, operator, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::control::Fault;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 
@@ -26,12 +26,6 @@ fn standalone(name: &str) -> String {
     format!(
         "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\nspec: {{replicas: 1, image: valkey/valkey:8.0}}\n"
     )
-}
-
-fn ok(v: &Valkey) -> bool {
-    v.status
-        .as_ref()
-        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(1))
 }
 
 /// Where the time from a Valkey's creation to PHASE OK went.
@@ -96,7 +90,7 @@ async fn timeline(
         }
     })
     .await?;
-    wait_for_valkey(&valkeys, name, "PHASE OK", timeout, ok).await?;
+    wait_for_valkey(&valkeys, name, "PHASE OK", timeout, ok_with(1)).await?;
     Ok(Timeline {
         statefulset: statefulset_at.duration_since(created),
         pod_ready: ready_at.duration_since(statefulset_at),

@@ -27,19 +27,11 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use operator_support::{condition, install_crd, operator, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 
 const PASSWORD: &str = "s3cret-pässword with spaces";
-
-fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool {
-    move |v: &Valkey| {
-        v.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(replicas))
-    }
-}
 
 async fn authed(ip: &str, password: &str) -> anyhow::Result<(Conn, Reply)> {
     let mut conn = Conn::connect(ip, VALKEY_PORT, Duration::from_secs(5)).await?;

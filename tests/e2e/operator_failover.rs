@@ -29,19 +29,13 @@ use ha_support::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const NAME: &str = "fo";
-
-fn is_ok(v: &Valkey) -> bool {
-    v.status
-        .as_ref()
-        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
-}
 
 async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Result<String> {
     apply_yaml(
@@ -58,7 +52,7 @@ async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Resu
         NAME,
         "3 data pods ready and OK",
         Duration::from_secs(240),
-        is_ok,
+        ok_with(3),
     )
     .await?;
     // Sentinel and the status agree on the master, and it has both replicas online.
@@ -140,7 +134,7 @@ async fn whole_again(client: &kube::Client, ns: &str, master: &str) -> anyhow::R
         "the cluster whole again",
         || async {
             let valkey = valkeys.get(NAME).await?;
-            anyhow::ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            anyhow::ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
             let recorded = valkey.status.as_ref().and_then(|s| s.master_pod.clone());
             anyhow::ensure!(
                 recorded.as_deref() == Some(master),

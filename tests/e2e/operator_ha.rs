@@ -23,22 +23,16 @@ use ha_support::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{condition, install_crd, operator, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 
 const NAME: &str = "ha";
 
-fn is_ok(v: &Valkey) -> bool {
-    v.status
-        .as_ref()
-        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
-}
-
 /// Every pod Ready (data and Sentinel) and the Valkey OK.
 async fn wait_all_ok(client: &kube::Client, ns: &str, what: &str) -> anyhow::Result<()> {
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
-    wait_for_valkey(&valkeys, NAME, what, Duration::from_secs(240), is_ok).await?;
+    wait_for_valkey(&valkeys, NAME, what, Duration::from_secs(240), ok_with(3)).await?;
     wait_until(what, Duration::from_secs(180), || async {
         let pods = Pods::list(client, ns)
             .await

@@ -21,19 +21,20 @@ mod operator_support;
 #[path = "ha_support.rs"]
 mod ha_support;
 
+#[path = "tls_support.rs"]
+mod tls_support;
+
 use std::time::Duration;
 
 use anyhow::Context;
 use ha_support::{Conn, Pods, Reply, VALKEY_PORT, endpoint_pods};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
-use operator_support::{install_crd, operator, wait_for_valkey};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use rcgen::KeyPair;
+use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vko_api::{Phase, Valkey};
+use vko_api::Valkey;
 use vko_render::Names;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -140,11 +141,7 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
         "mx",
         "2 ready and OK with the exporter",
         Duration::from_secs(240),
-        |v| {
-            v.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(2))
-        },
+        ok_with(2),
     )
     .await
     .unwrap();
@@ -311,59 +308,10 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
 /// presents it as its client certificate).
 fn issue(name: &str, ns: &str) -> anyhow::Result<(String, String, String)> {
     let names = Names::new(name, ns, "cluster.local")?;
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = DistinguishedName::new();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "vko-e2e metrics CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
+    let ca = Ca::new("vko-e2e metrics CA")?;
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name}.{ns}"));
-    let mut dns = vec![
-        "localhost".to_owned(),
-        format!("*.{}", names.service_fqdn(&names.headless_service())),
-    ];
-    for service in [
-        names.headless_service(),
-        names.rw_service(),
-        names.r_service(),
-        names.all_service(),
-    ] {
-        dns.push(names.service_fqdn(&service));
-        dns.push(format!("{service}.{ns}.svc"));
-        dns.push(service);
-    }
-    let mut sans = vec![SanType::IpAddress(std::net::IpAddr::V4(
-        std::net::Ipv4Addr::LOCALHOST,
-    ))];
-    for name in dns {
-        sans.push(SanType::DnsName(name.try_into()?));
-    }
-    params.subject_alt_names = sans;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    params.use_authority_key_identifier_extension = true;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+    let cert = pod_certificate_params(&names, ns, false)?.signed_by(&key, &ca.issuer)?;
+    Ok((ca.certificate.pem(), cert.pem(), key.serialize_pem()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,11 +352,7 @@ async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certific
         "mt",
         "2 ready and OK with TLS and the exporter",
         Duration::from_secs(240),
-        |v| {
-            v.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(2))
-        },
+        ok_with(2),
     )
     .await
     .unwrap();

@@ -17,10 +17,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
+use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vko_api::{Phase, Valkey};
+use vko_api::Valkey;
 use vko_testbed::control::Fault;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
@@ -164,11 +164,7 @@ async fn wait_ok(client: &kube::Client, ns: &str, name: &str, replicas: i32) -> 
         name,
         &format!("{name} to reach OK"),
         Duration::from_secs(300),
-        |v| {
-            v.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(replicas))
-        },
+        ok_with(replicas),
     )
     .await?;
     Ok(())

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, operator, wait_for_valkey};
-use vko_api::{Phase, Valkey};
+use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
 
 /// SIGKILLs the valkey-server running in `pod`'s network namespace.
@@ -73,11 +73,7 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     .await
     .unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = |v: &Valkey| {
-        v.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
-    };
+    let ok = ok_with(3);
     let valkey = wait_for_valkey(
         &valkeys,
         "trio",
@@ -157,11 +153,7 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
     .await
     .unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = |v: &Valkey| {
-        v.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
-    };
+    let ok = ok_with(3);
     let valkey = wait_for_valkey(
         &valkeys,
         "trio",

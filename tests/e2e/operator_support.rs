@@ -23,6 +23,15 @@ use vko_api::Valkey;
 use vko_testbed::harness::{Testbed, install_operator_rbac, wait_until};
 use vko_testbed::paths::Paths;
 
+/// PHASE OK with `replicas` ready data pods.
+pub fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool + Copy {
+    move |v: &Valkey| {
+        v.status.as_ref().is_some_and(|s| {
+            s.phase == Some(vko_api::Phase::Ok) && s.ready_replicas == Some(replicas)
+        })
+    }
+}
+
 /// Installs (server-side applies) the Valkey CRD and waits until it is Established.
 pub async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
     vko_testbed::harness::install_crd(client, &vko_api::crd())

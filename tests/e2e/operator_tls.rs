@@ -35,6 +35,9 @@ mod operator_support;
 #[path = "ha_support.rs"]
 mod ha_support;
 
+#[path = "tls_support.rs"]
+mod tls_support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,15 +48,13 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use operator_support::{condition, install_crd, operator, wait_for_valkey};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
+use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
-use vko_api::{Phase, Valkey};
+use vko_api::Valkey;
 use vko_render::Names;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
 use vko_valkey::parse::ReplicationRole;
@@ -82,83 +83,27 @@ struct Material {
     next_key: String,
 }
 
-fn ca_params(common_name: &str) -> CertificateParams {
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
-}
-
 /// A fresh CA and one certificate for every data and Sentinel host name of `NAME` in `ns`, with
 /// both the serverAuth and clientAuth usages (the servers verify a presented client certificate).
 fn issue(ns: &str) -> anyhow::Result<Material> {
     let names = Names::new(NAME, ns, DOMAIN)?;
-    let ca_key = KeyPair::generate()?;
-    let first_ca_params = ca_params("vko-e2e user CA");
-    let ca = first_ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(first_ca_params, ca_key);
-
+    let ca = Ca::new("vko-e2e user CA")?;
+    let issuer = &ca.issuer;
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{NAME}.{ns}"));
-    let mut dns = vec!["localhost".to_owned()];
-    for service in [names.headless_service(), names.sentinel_headless_service()] {
-        dns.push(format!("*.{}", names.service_fqdn(&service)));
-    }
-    for service in [
-        names.headless_service(),
-        names.sentinel_headless_service(),
-        names.rw_service(),
-        names.r_service(),
-        names.all_service(),
-    ] {
-        dns.push(names.service_fqdn(&service));
-        dns.push(format!("{service}.{ns}.svc"));
-        dns.push(service);
-    }
-    let mut sans = vec![SanType::IpAddress(std::net::IpAddr::V4(
-        std::net::Ipv4Addr::LOCALHOST,
-    ))];
-    for name in dns {
-        sans.push(SanType::DnsName(name.try_into()?));
-    }
-    params.subject_alt_names = sans;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    params.use_authority_key_identifier_extension = true;
-    let cert = params.signed_by(&key, &issuer)?;
+    let params = pod_certificate_params(&names, ns, true)?;
+    let cert = params.signed_by(&key, issuer)?;
     let mut server_auth_only = params.clone();
     server_auth_only.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_auth_only_cert = server_auth_only.signed_by(&key, &issuer)?;
-    let next_ca_key = KeyPair::generate()?;
-    let next_ca_params = ca_params("vko-e2e user CA, next");
-    let next_ca = next_ca_params.self_signed(&next_ca_key)?;
-    let next_issuer = Issuer::new(next_ca_params, next_ca_key);
+    let server_auth_only_cert = server_auth_only.signed_by(&key, issuer)?;
+    let next_ca = Ca::new("vko-e2e user CA, next")?;
     let next_key = KeyPair::generate()?;
-    let next_cert = params.signed_by(&next_key, &next_issuer)?;
+    let next_cert = params.signed_by(&next_key, &next_ca.issuer)?;
     Ok(Material {
-        ca: ca.pem(),
+        ca: ca.certificate.pem(),
         cert: cert.pem(),
         key: key.serialize_pem(),
         server_auth_only_cert: server_auth_only_cert.pem(),
-        next_ca: next_ca.pem(),
+        next_ca: next_ca.certificate.pem(),
         next_cert: next_cert.pem(),
         next_key: next_key.serialize_pem(),
     })
@@ -240,12 +185,6 @@ impl Dial {
         }
         bail!("no Sentinel named the master over TLS (last: {last:?})")
     }
-}
-
-fn is_ok(v: &Valkey) -> bool {
-    v.status
-        .as_ref()
-        .is_some_and(|s| s.phase == Some(Phase::Ok) && s.ready_replicas == Some(3))
 }
 
 /// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
@@ -576,7 +515,7 @@ async fn secret_missing_then_created(
         NAME,
         "3 data pods ready and OK after the TLS Secret got a usable certificate",
         Duration::from_secs(300),
-        is_ok,
+        ok_with(3),
     )
     .await?;
     let took = created.elapsed();
@@ -668,10 +607,9 @@ async fn serves_tls_only(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow
     }
 
     // A client that does not trust the Secret's CA is refused: verification is real.
-    let stranger_key = KeyPair::generate()?;
-    let stranger_ca = ca_params("someone else's CA").self_signed(&stranger_key)?;
+    let stranger_ca = Ca::new("someone else's CA")?;
     let stranger = Dial {
-        ca: stranger_ca.pem().into_bytes(),
+        ca: stranger_ca.certificate.pem().into_bytes(),
         names: dial.names.clone(),
     };
     match stranger.valkey(&pods, &master).await {
@@ -789,7 +727,7 @@ async fn master_deletion_under_a_tls_writer(
         "the cluster whole again",
         || async {
             let valkey = valkeys.get(NAME).await?;
-            ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
             let recorded = valkey.status.as_ref().and_then(|s| s.master_pod.clone());
             ensure!(
                 recorded.as_deref() == Some(master.as_str()),
@@ -931,7 +869,7 @@ async fn certificate_change_rolls_every_pod(
                 ),
                 "{stale:?}"
             );
-            ensure!(is_ok(&valkey), "status {:?}", valkey.status);
+            ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
             ensure!(
                 valkey
                     .status
@@ -1105,7 +1043,7 @@ async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tl
         )
         .await?;
         let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-        wait_for_valkey(&valkeys, NAME, "PHASE OK in dual-port mode", TIMEOUT, is_ok).await?;
+        wait_for_valkey(&valkeys, NAME, "PHASE OK in dual-port mode", TIMEOUT, ok_with(3)).await?;
         let pods = Pods::list(&client, &ns).await?;
         let master = dial.sentinel_master(&pods).await?;
         let master_ip = pods.ip(&master).context("master IP")?;
