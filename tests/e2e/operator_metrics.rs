@@ -7,7 +7,7 @@
 //! stays served (redis_exporter cannot turn it off) but no longer lends the password: the exporter
 //! has it only in a password map keyed by its own address, so a scrape of the other data pod
 //! through it is refused by that pod (NOAUTH, `redis_up 0`) while its own `/metrics` stays up (see
-//! the README's metrics row).
+//! docs/status.md, "Metrics exporter").
 //!
 //! With `tls.enabled` (a user Secret issued by the test's own CA) the exporter reaches its Valkey
 //! over `rediss://` by the pod's DNS name, verifying the certificate, and still reports `redis_up 1`
