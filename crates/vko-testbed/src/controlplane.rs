@@ -197,6 +197,7 @@ fn run_go_build(
         "k8s.io/kubernetes/cmd/kube-controller-manager",
         "k8s.io/kubernetes/cmd/kube-scheduler",
         "k8s.io/kubernetes/cmd/kubectl",
+        "k8s.io/kubernetes/cmd/kube-proxy",
         "go.etcd.io/etcd/server/v3",
     ];
     let mut command = Command::new("go");

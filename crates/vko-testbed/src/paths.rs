@@ -18,11 +18,12 @@ pub const STATE_DIR_ENV: &str = "VKO_TESTBED_DIR";
 /// Overrides the directory holding the Go-built binaries (also read by tests to find `kubectl`).
 pub const BIN_DIR_ENV: &str = "VKO_TESTBED_BIN_DIR";
 /// The Go-built binaries, as named in the cache directory.
-pub const GO_BINARIES: [&str; 5] = [
+pub const GO_BINARIES: [&str; 6] = [
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     "kubectl",
+    "kube-proxy",
     "etcd",
 ];
 /// Name of the stamp file written last into the binary cache; its presence means "complete".
