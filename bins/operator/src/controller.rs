@@ -5,20 +5,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use vko_api::consts::labels;
 use vko_api::{Valkey, ValkeyStatus};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
@@ -33,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::roll;
 use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
 use crate::storage::{self, StorageConflict};
-use crate::stores::{ManagedKind, Stores};
+use crate::stores::{self, ManagedKind, Stores};
 
 /// Version written to `status.operatorVersion` and every object's annotation.
 pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -848,30 +844,6 @@ impl kube::runtime::utils::Backoff for TriggerPause {
     fn reset(&mut self) {}
 }
 
-/// A watch of all namespaces feeding a store; the stream is what the Controller consumes.
-fn reflect<K>(
-    client: &kube::Client,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
-        .default_backoff()
-        .touched_objects();
-    (reader, stream)
-}
-
 /// The Valkeys in `secret`'s namespace that reference it (auth or TLS).
 pub fn valkeys_referencing(valkeys: &[Arc<Valkey>], secret: &Secret) -> Vec<ObjectRef<Valkey>> {
     let namespace = secret.namespace();
@@ -907,53 +879,16 @@ pub struct RunOptions {
     pub shutdown: tokio_util::sync::CancellationToken,
 }
 
-/// A store's initial list, for [`cache_sync::wait_for_stores`].
-fn store_wait<K>(name: &'static str, store: Store<K>) -> (&'static str, cache_sync::StoreWait)
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    (
-        name,
-        Box::pin(async move { store.wait_until_ready().await.is_ok() }),
-    )
-}
-
 /// Builds the watches and the Controller and runs it until `shutdown`.
 pub async fn run(
-    client: kube::Client,
+    clients: crate::kube_clients::KubeClients,
     metrics_slot: Arc<std::sync::OnceLock<Arc<Metrics>>>,
     options: RunOptions,
 ) {
-    let (service_accounts, sa_stream) =
-        reflect::<ServiceAccount>(&client, watcher::Config::default());
-    let (roles, role_stream) = reflect::<Role>(&client, watcher::Config::default());
-    let (role_bindings, rb_stream) = reflect::<RoleBinding>(&client, watcher::Config::default());
-    let (config_maps, cm_stream) = reflect::<ConfigMap>(&client, watcher::Config::default());
-    let (services, svc_stream) = reflect::<Service>(&client, watcher::Config::default());
-    let (statefulsets, sts_stream) = reflect::<StatefulSet>(&client, watcher::Config::default());
-    let (pdbs, pdb_stream) = reflect::<PodDisruptionBudget>(&client, watcher::Config::default());
-    let (network_policies, np_stream) =
-        reflect::<NetworkPolicy>(&client, watcher::Config::default());
-    let (deployments, deploy_stream) = reflect::<Deployment>(&client, watcher::Config::default());
-    let (pods, pod_stream) =
-        reflect::<Pod>(&client, watcher::Config::default().labels(labels::CLUSTER));
-    let (secrets, secret_stream) = reflect::<Secret>(&client, watcher::Config::default());
-    let stores = Stores {
-        service_accounts,
-        roles,
-        role_bindings,
-        config_maps,
-        services,
-        statefulsets,
-        pdbs,
-        network_policies,
-        deployments,
-        pods,
-        secrets,
-    };
+    let (stores, owned_streams, mapped_streams) = Stores::reflect(&clients.watch);
 
     let controller = Controller::new(
-        Api::<Valkey>::all(client.clone()),
+        Api::<Valkey>::all(clients.watch.clone()),
         watcher::Config::default(),
     )
     .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency))
@@ -970,20 +905,8 @@ pub async fn run(
         let sync_failure = options.sync_failure;
         let shutdown = options.shutdown.clone();
         tokio::spawn(async move {
-            let waits = vec![
-                store_wait("ServiceAccount", stores.service_accounts),
-                store_wait("Role", stores.roles),
-                store_wait("RoleBinding", stores.role_bindings),
-                store_wait("ConfigMap", stores.config_maps),
-                store_wait("Service", stores.services),
-                store_wait("StatefulSet", stores.statefulsets),
-                store_wait("PodDisruptionBudget", stores.pdbs),
-                store_wait("NetworkPolicy", stores.network_policies),
-                store_wait("Deployment", stores.deployments),
-                store_wait("Pod", stores.pods),
-                store_wait("Secret", stores.secrets),
-                store_wait("Valkey", valkeys),
-            ];
+            let mut waits = stores.initial_lists();
+            waits.push(stores::store_wait("Valkey", valkeys));
             match cache_sync::wait_for_stores(waits, timeout, cache_sync::PENDING_LOG_INTERVAL)
                 .await
             {
@@ -1007,9 +930,13 @@ pub async fn run(
         });
     }
 
-    let events = EventPublisher::new(client.clone(), "vko-operator", options.reporter_instance);
+    let events = EventPublisher::new(
+        clients.request.clone(),
+        "vko-operator",
+        options.reporter_instance,
+    );
     let ctx = Arc::new(Context::new(
-        client.clone(),
+        clients.request.clone(),
         stores.clone(),
         events,
         options.config,
@@ -1017,24 +944,16 @@ pub async fn run(
     ));
     let secret_valkeys = valkeys.clone();
     let shutdown = options.shutdown.clone();
-    controller
-        .owns_stream(sa_stream)
-        .owns_stream(role_stream)
-        .owns_stream(rb_stream)
-        .owns_stream(cm_stream)
-        .owns_stream(svc_stream)
-        .owns_stream(sts_stream)
-        .owns_stream(pdb_stream)
-        .owns_stream(np_stream)
-        .owns_stream(deploy_stream)
-        .watches_stream(pod_stream, |pod: Pod| {
+    owned_streams
+        .trigger(controller)
+        .watches_stream(mapped_streams.pods, |pod: Pod| {
             let cluster = pod.labels().get(labels::CLUSTER).cloned();
             let namespace = pod.namespace();
             cluster.and_then(|cluster| {
                 namespace.map(|namespace| ObjectRef::<Valkey>::new(&cluster).within(&namespace))
             })
         })
-        .watches_stream(secret_stream, move |secret: Secret| {
+        .watches_stream(mapped_streams.secrets, move |secret: Secret| {
             valkeys_referencing(&secret_valkeys.state(), &secret)
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -1152,9 +1071,9 @@ mod tests {
     mod mock_api {
         use super::*;
         use http::{Request, Response};
+        use k8s_openapi::api::core::v1::ConfigMap;
         use kube::client::Body;
-        use kube::runtime::reflector::store;
-        use kube::runtime::watcher;
+        use kube::runtime::reflector::store::Writer;
 
         struct Recorded {
             method: String,
@@ -1162,22 +1081,9 @@ mod tests {
             body: serde_json::Value,
         }
 
-        fn empty_stores() -> (Stores, reflector::store::Writer<ConfigMap>) {
-            let (config_maps, cm_writer) = store::<ConfigMap>();
-            let stores = Stores {
-                service_accounts: store::<ServiceAccount>().0,
-                roles: store::<Role>().0,
-                role_bindings: store::<RoleBinding>().0,
-                config_maps,
-                services: store::<Service>().0,
-                statefulsets: store::<StatefulSet>().0,
-                pdbs: store::<PodDisruptionBudget>().0,
-                network_policies: store::<NetworkPolicy>().0,
-                deployments: store::<Deployment>().0,
-                pods: store::<Pod>().0,
-                secrets: store::<Secret>().0,
-            };
-            (stores, cm_writer)
+        fn empty_stores() -> (Stores, Writer<ConfigMap>) {
+            let (stores, writers) = Stores::empty();
+            (stores, writers.config_maps)
         }
 
         fn test_valkey() -> Valkey {

@@ -6,6 +6,7 @@ mod controller;
 mod dataplane;
 mod error;
 mod events;
+mod kube_clients;
 mod leader;
 mod metrics;
 mod migrate;
@@ -195,9 +196,10 @@ async fn main() -> anyhow::Result<()> {
     init_logging(args.log_format);
     vko_valkey::install_default_crypto_provider();
 
-    let client = kube::Client::try_default()
+    let clients = kube_clients::KubeClients::infer()
         .await
         .context("connecting to the Kubernetes API")?;
+    let client = clients.request.clone();
     if let Some(Command::Migrate) = args.command {
         return migrate::run(client).await;
     }
@@ -281,7 +283,7 @@ async fn main() -> anyhow::Result<()> {
     let ready_flag = ready.clone();
     let sync_failure = Arc::new(OnceLock::new());
     let controller = controller::run(
-        client,
+        clients,
         metrics_slot,
         RunOptions {
             config,

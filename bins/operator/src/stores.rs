@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -13,8 +15,16 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use vko_api::Valkey;
+use vko_api::consts::labels;
+
+use crate::cache_sync::StoreWait;
 
 /// The kinds the operator writes (and may therefore find foreign objects of, or delete).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -137,20 +147,142 @@ impl ObservedMeta {
     }
 }
 
-/// Every reflector store.
-#[derive(Clone)]
-pub struct Stores {
-    pub service_accounts: Store<ServiceAccount>,
-    pub roles: Store<Role>,
-    pub role_bindings: Store<RoleBinding>,
-    pub config_maps: Store<ConfigMap>,
-    pub services: Store<Service>,
-    pub statefulsets: Store<StatefulSet>,
-    pub pdbs: Store<PodDisruptionBudget>,
-    pub network_policies: Store<NetworkPolicy>,
-    pub deployments: Store<Deployment>,
-    pub pods: Store<Pod>,
-    pub secrets: Store<Secret>,
+/// Every kind the operator watches, listed once. Each row is a `Stores` field, its type, the name
+/// the cache-sync wait logs, and its watcher configuration; the macro derives the stores, the
+/// reflectors, the waits for their initial lists, the Controller's triggers and the test stores
+/// from it, so a new kind cannot be watched without being waited for (or the reverse).
+/// `owned` kinds trigger the Valkey named by their controller ownerReference; `mapped` kinds are
+/// mapped to Valkeys by the Controller's own functions (pods by label, Secrets by reference).
+macro_rules! watched_kinds {
+    (
+        owned { $($owned:ident: $owned_kind:ty => $owned_name:literal, $owned_watch:expr;)* }
+        mapped { $($mapped:ident: $mapped_kind:ty => $mapped_name:literal, $mapped_watch:expr;)* }
+    ) => {
+        /// Every reflector store.
+        #[derive(Clone)]
+        pub struct Stores {
+            $(pub $owned: Store<$owned_kind>,)*
+            $(pub $mapped: Store<$mapped_kind>,)*
+        }
+
+        /// The change streams of the `owned` kinds, for `Controller::owns_stream`.
+        pub struct OwnedStreams {
+            $(pub $owned: WatchStream<$owned_kind>,)*
+        }
+
+        /// The change streams of the `mapped` kinds, for `Controller::watches_stream`.
+        pub struct MappedStreams {
+            $(pub $mapped: WatchStream<$mapped_kind>,)*
+        }
+
+        /// The writers of [`Stores::empty`], so a test can put objects into the stores.
+        #[cfg(test)]
+        #[allow(dead_code, reason = "each test takes the writers of the stores it fills")]
+        pub struct StoreWriters {
+            $(pub $owned: kube::runtime::reflector::store::Writer<$owned_kind>,)*
+            $(pub $mapped: kube::runtime::reflector::store::Writer<$mapped_kind>,)*
+        }
+
+        impl Stores {
+            /// Starts one reflector per watched kind, cluster-wide, on `client` (the watch client:
+            /// its idle watches are bounded by kube-runtime's watcher, not by a read timeout).
+            pub fn reflect(client: &kube::Client) -> (Stores, OwnedStreams, MappedStreams) {
+                $(let $owned = reflect::<$owned_kind>(client, $owned_watch);)*
+                $(let $mapped = reflect::<$mapped_kind>(client, $mapped_watch);)*
+                (
+                    Stores {
+                        $($owned: $owned.0,)*
+                        $($mapped: $mapped.0,)*
+                    },
+                    OwnedStreams { $($owned: $owned.1,)* },
+                    MappedStreams { $($mapped: $mapped.1,)* },
+                )
+            }
+
+            /// One wait per store for its initial list, named as the cache-sync timeout logs it.
+            pub fn initial_lists(&self) -> Vec<(&'static str, StoreWait)> {
+                vec![
+                    $(store_wait($owned_name, self.$owned.clone()),)*
+                    $(store_wait($mapped_name, self.$mapped.clone()),)*
+                ]
+            }
+
+            /// Empty stores (never listed) and their writers.
+            #[cfg(test)]
+            pub fn empty() -> (Stores, StoreWriters) {
+                $(let $owned = kube::runtime::reflector::store::<$owned_kind>();)*
+                $(let $mapped = kube::runtime::reflector::store::<$mapped_kind>();)*
+                (
+                    Stores {
+                        $($owned: $owned.0,)*
+                        $($mapped: $mapped.0,)*
+                    },
+                    StoreWriters {
+                        $($owned: $owned.1,)*
+                        $($mapped: $mapped.1,)*
+                    },
+                )
+            }
+        }
+
+        impl OwnedStreams {
+            /// Every owned kind's changes requeue the Valkey that controls the object.
+            pub fn trigger(self, controller: Controller<Valkey>) -> Controller<Valkey> {
+                controller $(.owns_stream(self.$owned))*
+            }
+        }
+    };
+}
+
+watched_kinds! {
+    owned {
+        service_accounts: ServiceAccount => "ServiceAccount", watcher::Config::default();
+        roles: Role => "Role", watcher::Config::default();
+        role_bindings: RoleBinding => "RoleBinding", watcher::Config::default();
+        config_maps: ConfigMap => "ConfigMap", watcher::Config::default();
+        services: Service => "Service", watcher::Config::default();
+        statefulsets: StatefulSet => "StatefulSet", watcher::Config::default();
+        pdbs: PodDisruptionBudget => "PodDisruptionBudget", watcher::Config::default();
+        network_policies: NetworkPolicy => "NetworkPolicy", watcher::Config::default();
+        deployments: Deployment => "Deployment", watcher::Config::default();
+    }
+    mapped {
+        pods: Pod => "Pod", watcher::Config::default().labels(labels::CLUSTER);
+        secrets: Secret => "Secret", watcher::Config::default();
+    }
+}
+
+/// A reflector's change stream.
+pub type WatchStream<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// A reflector for `K` on every namespace, and its stream of touched objects.
+fn reflect<K>(client: &kube::Client, config: watcher::Config) -> (Store<K>, WatchStream<K>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+/// Resolves once `store` has listed (`false` if its watch stopped first).
+pub fn store_wait<K>(name: &'static str, store: Store<K>) -> (&'static str, StoreWait)
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    (
+        name,
+        Box::pin(async move { store.wait_until_ready().await.is_ok() }),
+    )
 }
 
 fn get_meta<K>(

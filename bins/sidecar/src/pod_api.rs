@@ -5,6 +5,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 
+use vko_api::consts::kube_api;
+
 use crate::decide::InstanceRole;
 use crate::error::{Result, SidecarError};
 
@@ -24,8 +26,14 @@ pub struct KubePodApi {
 
 impl KubePodApi {
     pub async fn in_cluster(namespace: &str) -> Result<KubePodApi> {
-        let client = kube::Client::try_default()
+        let mut config = kube::Config::infer()
             .await
+            .map_err(|e| SidecarError::Kube(format!("client configuration: {e}")))?;
+        // Every call has a deadline: a hung API server must not stall the sidecar's loop.
+        config.connect_timeout = Some(kube_api::CONNECT_TIMEOUT);
+        config.read_timeout = Some(kube_api::RESPONSE_TIMEOUT);
+        config.reset_reader_on_write = true;
+        let client = kube::Client::try_from(config)
             .map_err(|e| SidecarError::Kube(format!("client: {e}")))?;
         Ok(KubePodApi {
             pods: Api::namespaced(client, namespace),

@@ -86,3 +86,17 @@ pub mod defaults {
     /// Observer container memory limit when `spec.observer.resources` is omitted.
     pub const OBSERVER_MEMORY_LIMIT: &str = "128Mi";
 }
+
+/// Deadlines of every Kubernetes API call the operator, the sidecar and `migrate` make (kube's
+/// client has no response timeout by default: a hung API server would stall a pass, or a Lease
+/// renewal, forever).
+pub mod kube_api {
+    use std::time::Duration;
+
+    /// Establishing the connection (TCP + TLS).
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// From a request written to its response read, for every call except watches (whose idle
+    /// streams are bounded by kube-runtime's watcher, which reconnects after the server's watch
+    /// timeout plus a margin).
+    pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(20);
+}
