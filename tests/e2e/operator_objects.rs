@@ -3,7 +3,8 @@
 //! the CR (the PVC stays); a foreign ConfigMap under a generated name blocks with ForeignObject
 //! and is left untouched; a missing auth Secret holds the StatefulSet back with a condition and a
 //! Warning Event, and the Secret's creation alone brings the reconcile back; deleting it again blocks
-//! again without touching the StatefulSet, the repeat counted on the same Event.
+//! again without touching the StatefulSet, the repeat counted on the same Event; an empty or blank
+//! password is refused (`PasswordUnusable`), by the operator and by a data pod's sidecar.
 
 #[path = "operator_support.rs"]
 mod operator_support;
@@ -13,16 +14,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+    ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Resource, ResourceExt};
-use operator_support::{condition, install_crd, operator, wait_for_valkey};
+use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{
+    TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -478,5 +481,203 @@ spec:
     .await
     .unwrap();
 
+    namespace.cleanup().await.unwrap();
+}
+
+/// Sets the `password` key of the auth Secret `name` (created if missing).
+async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) {
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {"password": password}
+    }))
+    .unwrap();
+    secrets
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("vko-e2e").force(),
+            &kube::api::Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+}
+
+/// An empty or blank password never means "no password": the operator holds the cluster back
+/// (`ReconcileBlocked/PasswordUnusable` naming the Secret and key, a Warning Event, no
+/// StatefulSet), and a data pod started while the Secret is empty never runs a server: the
+/// sidecar's init refuses `VALKEY_PASSWORD=""`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_blank_password_is_refused_and_never_means_no_password() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-pwempty").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    put_password(&secrets, "pwe-password", "").await;
+
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: pwe}
+spec:
+  replicas: 1
+  image: valkey/valkey:8.0
+  auth: {secretName: pwe-password}
+"#,
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let names_the_problem = |problem: &'static str| {
+        move |v: &Valkey| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, message)| {
+                status == "True"
+                    && reason == "PasswordUnusable"
+                    && message.contains("pwe-password")
+                    && message.contains("\"password\"")
+                    && message.contains(problem)
+            })
+        }
+    };
+    wait_for_valkey(
+        &valkeys,
+        "pwe",
+        "ReconcileBlocked=True/PasswordUnusable: is empty",
+        TIMEOUT,
+        names_the_problem("is empty"),
+    )
+    .await
+    .unwrap();
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        sts.get_opt("pwe").await.unwrap().is_none(),
+        "no StatefulSet while the password is empty"
+    );
+    wait_until("a PasswordUnusable Warning Event", TIMEOUT, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let events = warning_events(&client, &ns, "pwe").await;
+            Ok(events
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("PasswordUnusable")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("pwe-password"))
+                })
+                .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
+    put_password(&secrets, "pwe-password", "  \t ").await;
+    wait_for_valkey(
+        &valkeys,
+        "pwe",
+        "ReconcileBlocked=True/PasswordUnusable: holds only whitespace",
+        TIMEOUT,
+        names_the_problem("holds only whitespace"),
+    )
+    .await
+    .unwrap();
+    assert!(sts.get_opt("pwe").await.unwrap().is_none());
+
+    put_password(&secrets, "pwe-password", "s3cret").await;
+    wait_for_valkey(&valkeys, "pwe", "PHASE OK", TIMEOUT, ok_with(1))
+        .await
+        .unwrap();
+    let ip = pod_ip(&client, &ns, "pwe-0").await.unwrap();
+    let open = valkey_cli(&ip, &["PING"]).await.unwrap();
+    assert!(
+        open.contains("NOAUTH"),
+        "the server requires the password: {open}"
+    );
+    let authed = valkey_cli(&ip, &["--no-auth-warning", "-a", "s3cret", "PING"])
+        .await
+        .unwrap();
+    assert_eq!(authed.trim(), "PONG");
+
+    // Emptied under a running cluster: held back again, the running pod untouched; a pod started
+    // now gets VALKEY_PASSWORD="" and its sidecar init refuses to configure a server.
+    put_password(&secrets, "pwe-password", "").await;
+    wait_for_valkey(
+        &valkeys,
+        "pwe",
+        "ReconcileBlocked=True/PasswordUnusable on a running cluster",
+        TIMEOUT,
+        names_the_problem("is empty"),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let old_uid = pods.get("pwe-0").await.unwrap().uid();
+    pods.delete("pwe-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let refused = wait_until("the new pod's init container refusing", TIMEOUT, || {
+        let pods = pods.clone();
+        let old_uid = old_uid.clone();
+        async move {
+            let Some(pod) = pods.get_opt("pwe-0").await? else {
+                return Ok(None);
+            };
+            if pod.uid() == old_uid {
+                return Ok(None);
+            }
+            let failed_init = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.init_container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| {
+                    [c.state.as_ref(), c.last_state.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s.terminated.as_ref())
+                        .any(|t| t.exit_code != 0)
+                })
+                .map(|c| c.name.clone());
+            Ok(failed_init.map(|name| (pod, name)))
+        }
+    })
+    .await
+    .unwrap();
+    let (pod, init) = refused;
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    assert!(!ready, "a pod without its password is never Ready");
+    let log = kubectl(&["logs", "-n", &ns, "pwe-0", "-c", &init])
+        .await
+        .unwrap_or_default();
+    eprintln!("init container {init} refused: {}", log.trim());
+    assert!(log.contains("refusing"), "the refusal is logged: {log}");
+    if let Ok(ip) = pod_ip(&client, &ns, "pwe-0").await {
+        let answer = valkey_cli(&ip, &["PING"]).await;
+        assert!(
+            answer.as_ref().map_or(true, |out| !out.contains("PONG")),
+            "no server answers without a password: {answer:?}"
+        );
+    }
+
+    put_password(&secrets, "pwe-password", "s3cret").await;
+    pods.delete("pwe-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for_valkey(&valkeys, "pwe", "PHASE OK again", TIMEOUT, ok_with(1))
+        .await
+        .unwrap();
     namespace.cleanup().await.unwrap();
 }

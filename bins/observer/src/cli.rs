@@ -225,9 +225,11 @@ impl Cli {
     }
 }
 
-/// The password from [`PASSWORD_ENV`], when set and non-empty.
-pub fn password_from_env() -> Option<String> {
-    std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty())
+/// The password from [`PASSWORD_ENV`]: `None` when unset (auth off); set but empty, blank or not
+/// UTF-8 is an error (never taken to mean "no password").
+pub fn password_from_env() -> Result<Option<String>> {
+    vko_api::password_from_env_value(std::env::var_os(PASSWORD_ENV).as_deref())
+        .map_err(|e| ObserverError::Config(format!("{PASSWORD_ENV}: {e}")))
 }
 
 #[cfg(test)]

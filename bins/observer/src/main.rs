@@ -39,7 +39,8 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_level.as_str());
     vko_valkey::install_default_crypto_provider();
-    let result = match cli.config(password_from_env(), &instance_id()) {
+    let config = password_from_env().and_then(|password| cli.config(password, &instance_id()));
+    let result = match config {
         Ok(cfg) => vko_observer::run::run(cfg, env!("CARGO_PKG_VERSION")).await,
         Err(e) => Err(e),
     };

@@ -154,8 +154,17 @@ fn observe_secrets(
                     ),
                 });
             }
-            Some(secret) => match secret_key(&secret, key) {
-                Some(bytes) => view.password = Some(String::from_utf8_lossy(bytes).into_owned()),
+            Some(secret) => match secret_key(&secret, key).map(vko_api::usable_password) {
+                Some(Ok(password)) => view.password = Some(password.to_owned()),
+                // Held back like a missing key: pods started now would run without a password.
+                Some(Err(source)) => {
+                    view.auth_missing = true;
+                    view.problems.push(Error::PasswordUnusable {
+                        name: name.to_owned(),
+                        key: key.to_owned(),
+                        source,
+                    });
+                }
                 None => {
                     view.auth_missing = true;
                     view.problems.push(Error::SecretMissing {
@@ -1019,6 +1028,54 @@ mod tests {
         let refs = valkeys_referencing(&valkeys, &secret);
         let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, vec!["a", "b"]);
+    }
+
+    /// The auth Secret `pw` in `ns` with `password` under the key `password`, observed for a
+    /// Valkey with auth on.
+    fn observe_auth(password: &[u8]) -> SecretView {
+        let (stores, mut writers) = Stores::empty();
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pw", "namespace": "ns"},
+            "data": {"password": k8s_openapi::ByteString(password.to_vec())}
+        }))
+        .unwrap();
+        writers
+            .secrets
+            .apply_watcher_event(&watcher::Event::Apply(secret));
+        let valkey = valkey(
+            serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"auth": {"secretName": "pw"}}}),
+        );
+        let names = Names::new("a", "ns", "cluster.local").unwrap();
+        observe_secrets(&valkey, "ns", &names, &stores).unwrap()
+    }
+
+    #[test]
+    fn an_empty_or_blank_password_holds_the_cluster_back_and_names_secret_and_key() {
+        for (value, problem) in [
+            (&b""[..], "is empty"),
+            (b"  \t", "holds only whitespace"),
+            (b"\xff", "is not valid UTF-8"),
+        ] {
+            let view = observe_auth(value);
+            assert!(
+                view.auth_missing,
+                "{value:?}: the StatefulSets are held back"
+            );
+            assert_eq!(view.password, None, "{value:?}: never dialled with");
+            let [error] = view.problems.as_slice() else {
+                panic!("{value:?}: one problem, got {:?}", view.problems);
+            };
+            assert_eq!(error.reason(), "PasswordUnusable");
+            let message = error.to_string();
+            for part in ["auth Secret pw", "\"password\"", problem] {
+                assert!(message.contains(part), "{message:?} names {part:?}");
+            }
+        }
+        let view = observe_auth(b"s3cret");
+        assert!(!view.auth_missing && view.problems.is_empty());
+        assert_eq!(view.password.as_deref(), Some("s3cret"));
     }
 
     /// A Secret holding `keys` of `tls.crt` = "cert", `tls.key` = "key", `ca.crt` = "ca".

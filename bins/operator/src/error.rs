@@ -42,6 +42,17 @@ pub enum Error {
         problem: String,
     },
 
+    /// The auth Secret's password is empty, only whitespace or not UTF-8: nothing is started or
+    /// rolled with it (it would mean a server without a password, or another password).
+    #[error(
+        "auth Secret {name} key {key:?} (spec.auth.secretPasswordKey): {source}; put a non-empty password there, the operator continues by itself"
+    )]
+    PasswordUnusable {
+        name: String,
+        key: String,
+        source: vko_api::Error,
+    },
+
     /// A user-provided TLS Secret's certificate cannot serve the pods (wrong issuer, expired,
     /// missing clientAuth usage, host names not covered); nothing is started with it.
     #[error(
@@ -94,6 +105,7 @@ impl Error {
             Error::AdmissionWebhookDenied { .. } => "AdmissionWebhookDenied",
             Error::WriteFailed { .. } => "WriteFailed",
             Error::SecretMissing { .. } => "SecretMissing",
+            Error::PasswordUnusable { .. } => vko_api::ConditionReason::PasswordUnusable.as_str(),
             Error::TlsCertificateUnusable { .. } => "TLSCertificateUnusable",
             Error::StorageRecreateRequired { .. } => "RecreateRequired",
             Error::StatusWrite(_) => "StatusWriteFailed",
@@ -110,7 +122,10 @@ impl Error {
     pub fn priority(&self) -> u8 {
         match self.reason() {
             "ForeignObject" => 0,
-            "RecreateRequired" | "SecretMissing" | "TLSCertificateUnusable" => 1,
+            "RecreateRequired"
+            | "SecretMissing"
+            | "PasswordUnusable"
+            | "TLSCertificateUnusable" => 1,
             "AdmissionWebhookDenied" => 2,
             "WriteFailed" => 3,
             _ => 4,

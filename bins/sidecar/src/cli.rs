@@ -131,9 +131,14 @@ pub struct RunArgs {
 /// The env var with the password, as vko-render puts it on the containers.
 pub use vko_render::PASSWORD_ENV;
 
-/// `VALKEY_PASSWORD`, when set and non-empty.
-pub fn password_from_env() -> Option<String> {
-    std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty())
+/// `VALKEY_PASSWORD`: `None` when unset (auth off); set but empty, blank or not UTF-8 is refused,
+/// so no server is ever started without the password the spec asks for.
+pub fn password_from_env() -> Result<Option<String>> {
+    vko_api::password_from_env_value(std::env::var_os(PASSWORD_ENV).as_deref()).map_err(|e| {
+        SidecarError::Config(format!(
+            "{PASSWORD_ENV} (the auth Secret's password): {e}; refusing to run without it"
+        ))
+    })
 }
 
 impl TlsArgs {
@@ -205,7 +210,7 @@ impl PodApi for NoPodApi {
 }
 
 pub async fn run_init(args: InitArgs) -> Result<()> {
-    let password = password_from_env();
+    let password = password_from_env()?;
     let node = Node {
         topology: args.cluster.topology(args.replica_config.clone())?,
         dialer: Dialer::new(password.clone(), args.tls.files()),
@@ -243,7 +248,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
         .into_iter()
         .filter(|s| *s != me)
         .collect();
-    let password = password_from_env();
+    let password = password_from_env()?;
     let dialer = Dialer::new(password.clone(), args.tls.files());
     let init = SentinelInit {
         template: args.template,
@@ -262,7 +267,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
 }
 
 pub async fn run_sidecar(args: RunArgs) -> Result<()> {
-    let password = password_from_env();
+    let password = password_from_env()?;
     let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace).await?;
     let node = Node {
         topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,

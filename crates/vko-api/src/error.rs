@@ -19,6 +19,12 @@ pub enum Error {
         /// The text as written.
         value: String,
     },
+    /// An auth password that would mean "no password" or another password than the Secret's.
+    #[error("the password {problem}")]
+    UnusablePassword {
+        /// What is wrong with it.
+        problem: &'static str,
+    },
 }
 
 impl Error {
@@ -27,6 +33,7 @@ impl Error {
         match self {
             Error::InvalidDuration { .. } => "InvalidDuration",
             Error::UnknownName { .. } => "UnknownName",
+            Error::UnusablePassword { .. } => "PasswordUnusable",
         }
     }
 }

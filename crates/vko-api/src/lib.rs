@@ -6,6 +6,7 @@ pub mod consts;
 mod duration;
 mod error;
 mod helpers;
+mod password;
 mod schema_tidy;
 mod spec;
 mod status;
@@ -13,6 +14,7 @@ mod status;
 pub use duration::parse_go_duration;
 pub use error::Error;
 pub use helpers::{ObserverUnreadyChecks, image_version};
+pub use password::{password_from_env_value, usable_password};
 pub use spec::{
     AntiAffinityMode, AntiAffinitySpec, AuthSpec, CertManagerSpec, IssuerKind, IssuerRef,
     MetricsServiceSpec, MetricsSpec, NetworkPolicySpec, ObserverLogLevel, ObserverMtlsSpec,

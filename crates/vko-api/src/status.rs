@@ -383,6 +383,9 @@ string_enum! {
         SidecarImageCurrent => "SidecarImageCurrent",
         /// ReconcileBlocked=True: an admission webhook or policy refused a write.
         AdmissionWebhookDenied => "AdmissionWebhookDenied",
+        /// ReconcileBlocked=True: the auth Secret's password is empty, only whitespace or not
+        /// UTF-8 (never taken to mean "no password").
+        PasswordUnusable => "PasswordUnusable",
         /// ReconcileBlocked=True: any other write failure.
         WriteFailed => "WriteFailed",
         /// ReconcileBlocked=True: a generated name is held by an object this Valkey does not own.
