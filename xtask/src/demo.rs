@@ -35,7 +35,7 @@ pub struct Args {}
 
 pub fn run(_args: Args) -> anyhow::Result<()> {
     let root = testbed::repo_root();
-    test::install_prerequisites()?;
+    test::install_testbed_prerequisites()?;
     testbed::build_go_binaries()?;
     let helm_binary = helm::build()?;
     testbed::cargo(&["build", "--workspace", "--bins"])?;

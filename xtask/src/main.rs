@@ -1,5 +1,7 @@
-//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | test | demo | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | alerts | test | demo |
+//! bench`.
 
+mod alerts;
 mod bench;
 mod demo;
 mod exporter;
@@ -28,6 +30,8 @@ enum Command {
     Helm(helm::Args),
     /// Build redis_exporter (the metrics sidecar the testbed runs) from its Go module into ~/.cache/vko.
     Exporter(exporter::Args),
+    /// The chart's alert rules: `promtool check rules` and `promtool test rules` (xtask/alerts/).
+    Alerts(alerts::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -42,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
+        Command::Alerts(args) => alerts::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),

@@ -1,9 +1,11 @@
 //! `cargo xtask test`: the README's test command. On a fresh machine (root, Rust, Go, Debian apt) it
-//! installs the prerequisites, builds everything, runs the unit tests, starts a testbed, runs the
-//! end-to-end tests against it, then the RBAC least-privilege check over the whole suite's audit log,
-//! and ALWAYS takes the testbed down and checks nothing was left behind.
+//! installs the prerequisites, builds everything, checks the chart's alert rules with promtool, runs
+//! the unit tests, starts a testbed, runs the end-to-end tests against it, then the RBAC
+//! least-privilege check over the whole suite's audit log, and ALWAYS takes the testbed down and
+//! checks nothing was left behind.
 
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -23,8 +25,13 @@ pub struct Args {
     e2e_args: Vec<String>,
 }
 
-/// Commands the tests need on the host, with the Debian package that provides each.
-const REQUIRED_COMMANDS: [(&str, &str); 7] = [
+/// promtool (`cargo xtask alerts`) and the Debian package that ships it: bookworm's `prometheus`
+/// (2.42). The package also installs the Prometheus server as a service, which the install must not
+/// leave running (see [`NoServiceStarts`]).
+pub const PROMTOOL: (&str, &str) = ("promtool", "prometheus");
+/// Commands the testbed and its tests need on the host (also `cargo xtask demo`), with the Debian
+/// package that provides each.
+const TESTBED_COMMANDS: [(&str, &str); 7] = [
     ("valkey-server", "valkey-server"),
     ("valkey-sentinel", "valkey-sentinel"),
     ("valkey-cli", "valkey-tools"),
@@ -33,6 +40,14 @@ const REQUIRED_COMMANDS: [(&str, &str); 7] = [
     ("setsid", "util-linux"),
     ("unshare", "util-linux"),
 ];
+/// The Prometheus server of the `prometheus` package.
+const PROMETHEUS_SERVER: &str = "/usr/bin/prometheus";
+/// Asked by invoke-rc.d and deb-systemd-invoke before a package script starts a service.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+/// Exit status 101: "action forbidden" — the package scripts then start nothing.
+const DENY_SERVICE_STARTS: &str = "#!/bin/sh\n\
+# Written by `cargo xtask test` for the length of an apt-get install: start no service.\n\
+exit 101\n";
 /// Debian 12 ships no valkey; bookworm-backports has 8.0.
 const VALKEY_PACKAGES: [&str; 3] = ["valkey-server", "valkey-sentinel", "valkey-tools"];
 const BACKPORTS_SUITE: &str = "bookworm-backports";
@@ -109,6 +124,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             testbed::cargo(&["build", "--workspace", "--bins"])
         });
     if prepared {
+        // Before the unit tests and the testbed: a few seconds, and a failure hides nothing.
+        steps.run(
+            "alerts: promtool check + test rules (chart PrometheusRule)",
+            || crate::alerts::check(&crate::helm::helm_binary()),
+        );
         if args.skip_unit {
             println!("\n==> unit tests: skipped (--skip-unit)");
         } else {
@@ -294,9 +314,25 @@ fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyh
     Ok(())
 }
 
-/// Installs what the tests need, only when something is missing.
+/// Installs what `cargo xtask test` needs (the testbed's commands and promtool), only when
+/// something is missing.
 pub fn install_prerequisites() -> anyhow::Result<()> {
-    let missing: Vec<(&str, &str)> = REQUIRED_COMMANDS
+    let required: Vec<(&str, &str)> = TESTBED_COMMANDS.into_iter().chain([PROMTOOL]).collect();
+    install_commands(&required)?;
+    println!("valkey: {}", describe_valkey_version());
+    Ok(())
+}
+
+/// Installs what the testbed needs (`cargo xtask demo`), only when something is missing.
+pub fn install_testbed_prerequisites() -> anyhow::Result<()> {
+    install_commands(&TESTBED_COMMANDS)?;
+    println!("valkey: {}", describe_valkey_version());
+    Ok(())
+}
+
+/// Installs the Debian packages of the `(command, package)` pairs whose command is missing.
+pub fn install_commands(required: &[(&str, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<(&str, &str)> = required
         .iter()
         .copied()
         .filter(|(command, _)| find_on_path(command).is_none())
@@ -304,7 +340,11 @@ pub fn install_prerequisites() -> anyhow::Result<()> {
     if missing.is_empty() {
         println!(
             "every prerequisite is installed ({})",
-            describe_valkey_version()
+            required
+                .iter()
+                .map(|(command, _)| *command)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         return Ok(());
     }
@@ -333,20 +373,38 @@ pub fn install_prerequisites() -> anyhow::Result<()> {
             .with_context(|| format!("writing {BACKPORTS_SOURCE_FILE}"))?;
     }
     apt(&["update"])?;
-    if !packages.is_empty() {
-        let mut args = vec!["install", "--yes", "--no-install-recommends"];
-        args.extend(&packages);
-        apt(&args)?;
-    }
-    if needs_valkey {
-        let mut args = vec!["install", "--yes", "--no-install-recommends"];
-        if use_backports {
-            args.extend(["--target-release", BACKPORTS_SUITE]);
+    let servers_before = pids_running(Path::new(PROMETHEUS_SERVER));
+    {
+        // The tests need commands, not the services some of these packages start on install.
+        let _no_service_starts = NoServiceStarts::install(Path::new(POLICY_RC_D))?;
+        if !packages.is_empty() {
+            let mut args = vec!["install", "--yes", "--no-install-recommends"];
+            args.extend(&packages);
+            apt(&args)?;
         }
-        args.extend(VALKEY_PACKAGES);
-        apt(&args)?;
+        if needs_valkey {
+            let mut args = vec!["install", "--yes", "--no-install-recommends"];
+            if use_backports {
+                args.extend(["--target-release", BACKPORTS_SUITE]);
+            }
+            args.extend(VALKEY_PACKAGES);
+            apt(&args)?;
+        }
     }
-    let still_missing: Vec<&str> = REQUIRED_COMMANDS
+    // A policy-rc.d of the machine's own may allow starts: stop the server the install started.
+    for pid in pids_running(Path::new(PROMETHEUS_SERVER)) {
+        if !servers_before.contains(&pid) {
+            println!(
+                "stopping {PROMETHEUS_SERVER} (pid {pid}), which installing `prometheus` started"
+            );
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .with_context(|| format!("stopping {PROMETHEUS_SERVER} (pid {pid})"))?;
+        }
+    }
+    let still_missing: Vec<&str> = required
         .iter()
         .map(|(command, _)| *command)
         .filter(|command| find_on_path(command).is_none())
@@ -357,8 +415,57 @@ pub fn install_prerequisites() -> anyhow::Result<()> {
             still_missing.join(", ")
         );
     }
-    println!("prerequisites installed ({})", describe_valkey_version());
+    println!("prerequisites installed");
     Ok(())
+}
+
+/// A [`POLICY_RC_D`] that forbids every service start, written when the machine has none and
+/// removed again on drop. A machine's own policy-rc.d (Debian container images often ship one that
+/// forbids everything) is left as it is.
+struct NoServiceStarts {
+    written: Option<PathBuf>,
+}
+
+impl NoServiceStarts {
+    fn install(path: &Path) -> anyhow::Result<NoServiceStarts> {
+        if path.exists() {
+            return Ok(NoServiceStarts { written: None });
+        }
+        std::fs::write(path, DENY_SERVICE_STARTS)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let made_executable =
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", path.display()));
+        let guard = NoServiceStarts {
+            written: Some(path.to_path_buf()),
+        };
+        made_executable?;
+        Ok(guard)
+    }
+}
+
+impl Drop for NoServiceStarts {
+    fn drop(&mut self) {
+        if let Some(path) = &self.written
+            && let Err(error) = std::fs::remove_file(path)
+        {
+            eprintln!("could not remove {}: {error}", path.display());
+        }
+    }
+}
+
+/// The pids of the running processes whose executable is `executable`.
+fn pids_running(executable: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == executable)
+        })
+        .collect()
 }
 
 fn apt(args: &[&str]) -> anyhow::Result<()> {
@@ -425,6 +532,43 @@ mod tests {
     fn finds_sh_on_path_and_not_a_made_up_command() {
         assert!(find_on_path("sh").is_some());
         assert!(find_on_path("vko-no-such-command").is_none());
+    }
+
+    #[test]
+    fn finds_its_own_process_by_executable() {
+        let me = std::env::current_exe().unwrap();
+        let own = i32::try_from(std::process::id()).unwrap();
+        assert!(pids_running(&me).contains(&own));
+        assert!(pids_running(Path::new("/vko/no-such-binary")).is_empty());
+    }
+
+    #[test]
+    fn the_service_policy_is_written_only_where_none_exists_and_removed_after() {
+        let dir = std::env::temp_dir().join(format!("vko-policy-rc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy-rc.d");
+        {
+            let _guard = NoServiceStarts::install(&path).unwrap();
+            // Run through sh: exec'ing a file just written can fail with ETXTBSY in a test binary.
+            let status = Command::new("sh").arg(&path).status().unwrap();
+            assert_eq!(
+                status.code(),
+                Some(101),
+                "the policy must forbid every start"
+            );
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o755);
+        }
+        assert!(!path.exists(), "the written policy must be removed");
+
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        drop(NoServiceStarts::install(&path).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "#!/bin/sh\nexit 0\n",
+            "a machine's own policy must be left alone"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
