@@ -5,8 +5,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::decide::InstanceRole;
 use crate::error::{Result, SidecarError};
+use vko_authority::InstanceRole;
 
 pub trait PodApi: Send + Sync {
     /// Merge-patch `vko.gtrfc.com/instanceRole` on `pod`.
