@@ -74,10 +74,15 @@ impl<K> Tally<K> {
     /// The master named by a strict majority of the electorate, with its votes. At most one
     /// master can have one, since the votes never exceed the electorate.
     pub fn majority(&self) -> Option<(&K, usize)> {
+        let (master, votes) = self.counts.get(self.majority_index()?)?;
+        Some((master, *votes))
+    }
+
+    /// Where in [`Tally::counts`] the master with a strict majority is: the one comparison.
+    fn majority_index(&self) -> Option<usize> {
         self.counts
             .iter()
-            .find(|(_, votes)| *votes >= self.needed())
-            .map(|(master, votes)| (master, *votes))
+            .position(|(_, votes)| *votes >= self.needed())
     }
 }
 
@@ -116,13 +121,9 @@ pub fn sentinel_majority<K: PartialEq>(
     electorate: Electorate,
     votes: impl IntoIterator<Item = Vote<K>>,
 ) -> Option<K> {
-    let tally = tally(electorate, votes);
-    let needed = tally.needed();
-    tally
-        .counts
-        .into_iter()
-        .find(|(_, votes)| *votes >= needed)
-        .map(|(master, _)| master)
+    let mut tally = tally(electorate, votes);
+    let index = tally.majority_index()?;
+    Some(tally.counts.swap_remove(index).0)
 }
 
 /// One Sentinel's answer in data-pod ordinals (`SENTINEL MASTER` + `SENTINEL REPLICAS`).
