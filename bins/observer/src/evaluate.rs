@@ -7,6 +7,8 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
+use vko_authority::{Electorate, Tally, Vote, tally};
+
 use crate::check::{Check, CheckResult, Status};
 
 /// A Valkey or Sentinel address as announced (host name and port).
@@ -80,6 +82,8 @@ pub struct SentinelMasterView {
     /// `s_down` / `o_down` as present in the master's flags.
     pub s_down: bool,
     pub o_down: bool,
+    /// This Sentinel plus the peers it knows (`num-other-sentinels + 1`).
+    pub known_sentinels: usize,
 }
 
 /// One Sentinel pod.
@@ -109,9 +113,20 @@ pub struct SentinelTier {
 }
 
 impl SentinelTier {
-    /// More than half of the configured Sentinels.
-    pub fn majority(&self) -> usize {
-        usize::try_from(self.configured / 2 + 1).unwrap_or(usize::MAX)
+    /// The votes of [`SentinelTier::votes`] (by their index) counted by `vko-authority`'s one
+    /// majority rule: against every Sentinel configured, asked or reported (ADR 0014).
+    fn tally(&self, votes: &[(Endpoint, Vec<&str>)]) -> Tally<usize> {
+        let electorate = Electorate::new(
+            usize::try_from(self.configured).unwrap_or(usize::MAX),
+            self.sentinels.len(),
+        );
+        let ballots = self.master_views().map(|(_, view)| {
+            Vote::new(
+                votes.iter().position(|(addr, _)| addr.same(&view.address)),
+                view.known_sentinels,
+            )
+        });
+        tally(electorate, ballots)
     }
 
     /// `(sentinel name, its master view)` of every Sentinel that named a master.
@@ -147,27 +162,35 @@ pub struct MasterChoice {
     pub reason: String,
 }
 
-/// Chooses the master. With Sentinel: the address a strict majority of the answering
-/// Sentinels name (the tier's own agreement is judged by `sentinelQuorumFailure`); when no
-/// Sentinel answered or they are split without a majority, the data pods decide as without
-/// Sentinel. Without Sentinel: the one pod whose INFO says `role:master`; none or several is
-/// no master.
+/// Chooses the master. With Sentinel: the address a strict majority of every Sentinel names
+/// (configured, asked or reported; `vko-authority`, ADR 0014); when no Sentinel answered or no
+/// address has that majority, the data pods decide as without Sentinel (the tier's own
+/// agreement is judged by `sentinelQuorumFailure`). Without Sentinel: the one pod whose INFO
+/// says `role:master`; none or several is no master.
 pub fn choose_master(data: &[DataPod], sentinel: Option<&SentinelTier>) -> MasterChoice {
     let mut sentinel_note = None;
     if let Some(tier) = sentinel {
         let votes = tier.votes();
+        let tally = tier.tally(&votes);
         let answered: usize = votes.iter().map(|(_, names)| names.len()).sum();
-        if let Some((address, names)) = votes.first() {
-            if names.len() * 2 > answered {
-                return MasterChoice {
-                    master: Some(address.clone()),
-                    reason: format!(
-                        "named by {} of {} answering Sentinels",
-                        names.len(),
-                        answered
-                    ),
-                };
-            }
+        if let Some((&index, agreeing)) = tally.majority()
+            && let Some((address, _)) = votes.get(index)
+        {
+            return MasterChoice {
+                master: Some(address.clone()),
+                reason: format!(
+                    "named by {agreeing} of {answered} answering Sentinels (a majority of {})",
+                    tally.electorate
+                ),
+            };
+        }
+        if let [(address, names)] = votes.as_slice() {
+            sentinel_note = Some(format!(
+                "only {} of {} Sentinels name {address}, not a majority; ",
+                names.len(),
+                tally.electorate
+            ));
+        } else if !votes.is_empty() {
             sentinel_note = Some(format!(
                 "the Sentinels are split ({}); ",
                 describe_votes(&votes)
@@ -511,20 +534,21 @@ fn sentinel_quorum(tier: &SentinelTier) -> Verdict {
             _ => None,
         })
         .collect();
-    let needed = tier.majority();
+    let tally = tier.tally(&votes);
+    let needed = tally.needed();
     match votes.as_slice() {
         [] => problems.push("no Sentinel names a master".to_owned()),
-        [(address, names)] if names.len() < needed => problems.push(format!(
+        [(address, names)] if tally.majority().is_none() => problems.push(format!(
             "only {} of {} Sentinels name {address} ({needed} needed)",
             names.len(),
-            tier.configured
+            tally.electorate
         )),
         [(address, names)] => {
             if problems.is_empty() {
                 return pass(format!(
                     "{} of {} Sentinels agree on {address}",
                     names.len(),
-                    tier.configured
+                    tally.electorate
                 ));
             }
         }
@@ -653,6 +677,7 @@ mod tests {
                     address: master.clone(),
                     s_down: false,
                     o_down: false,
+                    known_sentinels: 3,
                 }),
                 replicas: Ok(replicas.to_vec()),
             }),
@@ -1020,8 +1045,14 @@ mod tests {
         assert!(
             detail(&report, Check::SentinelQuorumFailure).contains("only 1 of 3 Sentinels name")
         );
-        // The one that answered still decides the master.
-        assert_eq!(obs.master.master, Some(ep("c-0")));
+        // 1 of 3 answering names no master (ADR 0014): the data pods decide, and agree.
+        let master = choose_master(&obs.data, obs.sentinel.as_ref());
+        assert_eq!(master.master, Some(ep("c-0")));
+        assert!(
+            master.reason.starts_with("only 1 of 3 Sentinels name"),
+            "{}",
+            master.reason
+        );
 
         let tier = obs.sentinel.as_mut().unwrap();
         tier.sentinels[0].state = Err("timed out".into());

@@ -183,6 +183,9 @@ async fn probe_sentinels(dialer: &Dialer, target: &SentinelTarget) -> SentinelTi
                         address: Endpoint::new(m.host, m.port),
                         s_down: m.flags.contains(&InstanceFlag::SDown),
                         o_down: m.flags.contains(&InstanceFlag::ODown),
+                        known_sentinels: usize::try_from(m.num_other_sentinels)
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(1),
                     })
                     .map_err(|e| format!("SENTINEL MASTER {}: {e}", target.monitor));
                 let replicas = client

@@ -17,12 +17,13 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use vko_api::consts::labels;
 use vko_api::{Valkey, ValkeyStatus};
+use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
 use vko_valkey::TlsOptions;
 
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
 use crate::cache_sync::{self, SyncOutcome};
-use crate::dataplane::{self, DialConfig, MasterDecision, PodProbe};
+use crate::dataplane::{self, DialConfig};
 use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
@@ -378,7 +379,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let data_pods: BTreeMap<u32, Arc<Pod>> = pods
         .iter()
         .filter(|pod| component_of(pod) == Some(labels::COMPONENT_VALKEY))
-        .filter_map(|pod| Some((dataplane::ordinal_of(&name, &pod.name_any())?, pod.clone())))
+        .filter_map(|pod| Some((ordinal_of(&name, &pod.name_any())?, pod.clone())))
         .collect();
     let sentinel_pods: Vec<Arc<Pod>> = pods
         .iter()
@@ -389,7 +390,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         .status
         .as_ref()
         .and_then(|status| status.master_pod.as_deref())
-        .and_then(|pod| dataplane::ordinal_of(&name, pod))
+        .and_then(|pod| ordinal_of(&name, pod))
         .filter(|ordinal| *ordinal < replicas);
 
     // ---- render ----
@@ -494,24 +495,26 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     if !statefulset_exists {
         master = None;
     } else if spec.sentinel_enabled() {
+        let sentinel_statefulset = names.sentinel_statefulset();
         let answers = futures::future::join_all(sentinel_pods.iter().map(|pod| {
-            let ordinal = pod
-                .name_any()
-                .rsplit('-')
-                .next()
-                .and_then(|n| n.parse::<u32>().ok())
-                .unwrap_or(0);
+            let ordinal = ordinal_of(&sentinel_statefulset, &pod.name_any()).unwrap_or(0);
             let fqdn = names.sentinel_pod_fqdn(ordinal);
             let dial = dial.clone();
             let name = name.clone();
             async move { dataplane::ask_sentinel(&name, pod, &fqdn, &dial).await }
         }))
         .await;
-        let hosts: Vec<Option<String>> = answers
+        let reports: Vec<_> = answers
             .iter()
-            .map(|a| a.as_ref().map(|a| a.master.clone()))
+            .map(|a| a.as_ref().map(|a| a.report(&name)))
             .collect();
-        master = dataplane::sentinel_majority(&name, &hosts);
+        // The electorate is every Sentinel the spec asks for or that exists (ADR 0014).
+        let electorate = Electorate::new(
+            usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
+            sentinel_pods.len(),
+        );
+        let verdict = vko_authority::sentinel_view(electorate, &reports);
+        master = verdict.master;
         sentinel_failover = master.is_none();
         let all_ready = ready_pods == i32::try_from(replicas).unwrap_or(i32::MAX)
             && sentinel_pods.len() == usize::try_from(spec.sentinel_replicas()).unwrap_or(0)
@@ -525,12 +528,9 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         if all_ready && !peers.is_empty() {
             sentinel_peers = Some((peers, u32::try_from(spec.sentinel_replicas()).unwrap_or(0)));
         }
-        if let Some(master) = master {
-            sentinel_unaware =
-                dataplane::replicas_unknown_to_sentinel(&name, master, &answers, &probes);
-        }
+        sentinel_unaware = vko_authority::replicas_unknown_to_sentinel(&verdict, &probes);
     } else if replicas > 1 {
-        match dataplane::decide_master(&name, recorded, &probes) {
+        match vko_authority::decide_master(&name, recorded, &probes) {
             MasterDecision::Steady(ordinal) => master = Some(ordinal),
             MasterDecision::Adopt(ordinal) => {
                 tracing::info!(%namespace, %name, ordinal, "adopting the only pod that answers master");

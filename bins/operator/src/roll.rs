@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use vko_api::{ConditionType, RollingUpdateStatus, Valkey};
+use vko_authority::{Electorate, SentinelReport, ordinal_of};
 use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
 use vko_roll::{
     Action, ConnectedReplica, DataPod, DataTier, Decision, MasterInfo, Millis, ReplicaInfo,
@@ -134,14 +135,6 @@ fn terminating(pod: &Pod) -> Option<Terminating> {
         since: Millis(deadline.0.saturating_sub(grace_ms)),
         grace_deadline: deadline,
     })
-}
-
-fn ordinal_suffix(pod_name: &str, statefulset: &str) -> Option<u32> {
-    pod_name
-        .strip_prefix(statefulset)?
-        .strip_prefix('-')?
-        .parse()
-        .ok()
 }
 
 fn pod_ip_if_running(pod: &Pod) -> Option<String> {
@@ -322,7 +315,7 @@ pub fn server_of(name: &str, info: &Info) -> Option<Server> {
                 .replicas
                 .iter()
                 .map(|r| ConnectedReplica {
-                    ordinal: dataplane::ordinal_of(name, &r.host),
+                    ordinal: ordinal_of(name, &r.host),
                     online: r.state == ReplicaSyncState::Online,
                     offset: offset(r.offset),
                 })
@@ -340,7 +333,7 @@ pub fn server_of(name: &str, info: &Info) -> Option<Server> {
             let upstream = replication.upstream.as_ref();
             Server::Replica(ReplicaInfo {
                 following: upstream
-                    .and_then(|u| dataplane::ordinal_of(name, &u.master_host))
+                    .and_then(|u| ordinal_of(name, &u.master_host))
                     .filter(|_| upstream.is_some_and(|u| u.master_host != dataplane::HOLD_HOST)),
                 link_up: upstream.is_some_and(|u| u.link_status == LinkStatus::Up),
                 syncing: upstream.is_some_and(|u| u.sync_in_progress),
@@ -352,64 +345,42 @@ pub fn server_of(name: &str, info: &Info) -> Option<Server> {
     })
 }
 
-/// One Sentinel's answer: the master's ordinal and the replicas it knows in good health.
-async fn ask_sentinel(
-    name: &str,
-    dial: &PodDial<'_>,
-    at: &Address,
-) -> Option<(Option<u32>, Vec<u32>)> {
+/// One Sentinel's answer in ordinals: the master it names (none when it considers the master
+/// down) and the replicas it knows in good health.
+async fn ask_sentinel(name: &str, dial: &PodDial<'_>, at: &Address) -> Option<SentinelReport> {
     let client = dial.sentinel(at).await.ok()?;
     let master = client.master(name).await;
     let replicas = client.replicas(name).await;
     client.close().await;
     let master = master.ok()?;
     let named = (!master.flags.is_down())
-        .then(|| dataplane::ordinal_of(name, &master.host))
+        .then(|| ordinal_of(name, &master.host))
         .flatten();
     let known = replicas
         .unwrap_or_default()
         .into_iter()
         .filter(|r| !r.flags.is_down())
-        .filter_map(|r| dataplane::ordinal_of(name, &r.host))
+        .filter_map(|r| ordinal_of(name, &r.host))
         .collect();
-    Some((named, known))
+    Some(SentinelReport {
+        master: named,
+        replicas: known,
+        known_sentinels: usize::try_from(master.num_other_sentinels)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1),
+    })
 }
 
-fn sentinel_view(answers: &[Option<(Option<u32>, Vec<u32>)>]) -> SentinelView {
-    let answered: Vec<&(Option<u32>, Vec<u32>)> = answers.iter().flatten().collect();
-    let mut votes: BTreeMap<u32, u32> = BTreeMap::new();
-    for (master, _) in &answered {
-        if let Some(master) = master {
-            *votes.entry(*master).or_default() += 1;
-        }
-    }
-    let count = u32::try_from(answered.len()).unwrap_or(u32::MAX);
-    let majority = votes.into_iter().find(|(_, n)| n.saturating_mul(2) > count);
-    let (master, agreeing) = match majority {
-        Some((master, n)) => (Some(master), n),
-        None => (None, 0),
-    };
-    // Replicas every agreeing Sentinel knows (Sentinel picks from its own list).
-    let mut known_replicas: Vec<u32> = Vec::new();
-    if let Some(master) = master {
-        let agreeing_lists: Vec<&Vec<u32>> = answered
-            .iter()
-            .filter(|(m, _)| *m == Some(master))
-            .map(|(_, known)| known)
-            .collect();
-        if let Some((first, rest)) = agreeing_lists.split_first() {
-            known_replicas = first
-                .iter()
-                .copied()
-                .filter(|o| rest.iter().all(|list| list.contains(o)))
-                .collect();
-        }
-    }
+/// The machine's [`SentinelView`]: the master authority's verdict over every Sentinel of the
+/// tier (ADR 0014), counted in `u32`.
+fn sentinel_view(electorate: Electorate, answers: &[Option<SentinelReport>]) -> SentinelView {
+    let verdict = vko_authority::sentinel_view(electorate, answers);
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     SentinelView {
-        answered: count,
-        master,
-        agreeing,
-        known_replicas,
+        answered: count(verdict.answered),
+        master: verdict.master,
+        agreeing: count(verdict.agreeing),
+        known_replicas: verdict.known_replicas,
     }
 }
 
@@ -457,7 +428,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
         let pods: Vec<(u32, &Arc<Pod>)> = inputs
             .sentinel_pods
             .iter()
-            .filter_map(|pod| Some((ordinal_suffix(&pod.name_any(), &sentinel_sts)?, pod)))
+            .filter_map(|pod| Some((ordinal_of(&sentinel_sts, &pod.name_any())?, pod)))
             .collect();
         let answers = futures::future::join_all(pods.iter().map(|(ordinal, pod)| {
             let at = Address::new(names.sentinel_pod_fqdn(*ordinal), sentinel_port);
@@ -487,7 +458,13 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
                     terminating: terminating(pod),
                 })
                 .collect(),
-            view: sentinel_view(&answers),
+            view: sentinel_view(
+                Electorate::new(
+                    usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
+                    pods.len(),
+                ),
+                &answers,
+            ),
         })
     } else {
         None
@@ -638,6 +615,10 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    configured: world
+                        .sentinel
+                        .as_ref()
+                        .map_or(0, |tier| usize::try_from(tier.replicas).unwrap_or(0)),
                 },
                 SwitchoverKind::Promote => Promoter::Direct {
                     target: Some(Address::new(inputs.names.data_pod_fqdn(*to), port)),
@@ -673,7 +654,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                         "roll: master switched over"
                     );
                     if *kind == SwitchoverKind::Promote {
-                        promoted = dataplane::ordinal_of(name, &report.new_master.host);
+                        promoted = ordinal_of(name, &report.new_master.host);
                     }
                 }
                 other => {
@@ -773,15 +754,28 @@ mod tests {
     }
 
     #[test]
-    fn the_sentinel_view_needs_a_majority_of_the_answers() {
-        let view = sentinel_view(&[Some((Some(1), vec![0, 2])), Some((Some(1), vec![2])), None]);
+    fn the_sentinel_view_needs_a_majority_of_every_sentinel() {
+        let report = |master: u32, replicas: Vec<u32>| {
+            Some(SentinelReport {
+                master: Some(master),
+                replicas,
+                known_sentinels: 3,
+            })
+        };
+        let three = Electorate::new(3, 3);
+        let view = sentinel_view(three, &[report(1, vec![0, 2]), report(1, vec![2]), None]);
         assert_eq!(view.answered, 2);
         assert_eq!(view.master, Some(1));
         assert_eq!(view.agreeing, 2);
         assert_eq!(view.known_replicas, vec![2]);
-        let split = sentinel_view(&[Some((Some(1), vec![])), Some((Some(0), vec![]))]);
+        let split = sentinel_view(three, &[report(1, vec![]), report(0, vec![])]);
         assert_eq!(split.master, None);
         assert_eq!(split.agreeing, 0);
+        // 1 of 3 answering is a minority: no master (the old rule counted only the answers).
+        let one = sentinel_view(three, &[report(1, vec![0, 2]), None, None]);
+        assert_eq!(one.answered, 1);
+        assert_eq!(one.master, None);
+        assert_eq!(one.agreeing, 0);
     }
 
     #[test]

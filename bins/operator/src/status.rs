@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::EventType;
 use vko_api::{ConditionReason, ConditionType, Phase, ValkeyStatus};
 
-use crate::dataplane::{PodProbe, ProbeState, unsynced_replicas};
+use vko_authority::{PodProbe, ProbeState, unsynced_replicas};
 
 /// Reason of `ReconcileBlocked=True` while a referenced Secret is missing (the operator holds the
 /// StatefulSets back; not one of vko-api's write reasons).

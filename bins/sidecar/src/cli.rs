@@ -194,7 +194,7 @@ impl PodApi for NoPodApi {
     fn set_role_label<'a>(
         &'a self,
         _: &'a str,
-        _: crate::decide::InstanceRole,
+        _: vko_authority::InstanceRole,
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }

@@ -1,7 +1,7 @@
 //! Every decision the sidecar takes, as pure functions of what it observed (ADR 0005). The I/O
 //! around them lives in `init`, `run` and `handover`.
 
-use std::collections::BTreeMap;
+use vko_authority::{Electorate, InstanceRole, Vote};
 
 use crate::conf::{HOLD_HOST, RoleLine};
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
@@ -17,43 +17,35 @@ pub enum Authority {
     NoAnswer,
 }
 
-/// The master a strict majority of the Sentinels names. The electorate is the larger of the
-/// Sentinels we found and the largest peer count any of them reports, so two answering Sentinels
-/// out of five known are not a majority.
-pub fn sentinel_majority(
-    answers: &[Option<SentinelAnswer>],
-    discovered: usize,
-) -> Option<Endpoint> {
-    let reported = answers
-        .iter()
-        .flatten()
-        .map(|a| a.known_sentinels as usize)
-        .max()
-        .unwrap_or(0);
-    let electorate = discovered.max(reported);
-    let mut votes: BTreeMap<&Endpoint, usize> = BTreeMap::new();
-    for answer in answers.iter().flatten() {
-        *votes.entry(&answer.master).or_default() += 1;
-    }
-    votes
-        .into_iter()
-        .find(|(_, n)| *n * 2 > electorate)
-        .map(|(ep, _)| ep.clone())
+/// The answering Sentinels as votes for `vko-authority`'s one majority rule (ADR 0014).
+fn votes(answers: &[Option<SentinelAnswer>]) -> impl Iterator<Item = Vote<Endpoint>> + '_ {
+    answers.iter().flatten().map(|a| {
+        Vote::new(
+            Some(a.master.clone()),
+            usize::try_from(a.known_sentinels).unwrap_or(usize::MAX),
+        )
+    })
 }
 
-/// `sentinel-init`: where a (re)starting Sentinel points its monitor. The other Sentinels'
-/// majority answer; without one, the answer with the newest config epoch (the latest failover
-/// wins); `None` when nobody answered (then the rendered seed stays).
-pub fn monitor_target(answers: &[Option<SentinelAnswer>]) -> Option<Endpoint> {
-    let answered: Vec<&SentinelAnswer> = answers.iter().flatten().collect();
-    if answered.is_empty() {
-        return None;
-    }
-    if let Some(majority) = sentinel_majority(answers, answered.len()) {
+/// The master a strict majority of every Sentinel the cluster has names. A data pod is not told
+/// `spec.sentinel.replicas`, so the electorate is the Sentinels discovered (answering or not)
+/// and the largest peer count any of them reports: two answering Sentinels out of five known
+/// are not a majority, and neither is one of three.
+pub fn sentinel_master(answers: &[Option<SentinelAnswer>], discovered: usize) -> Option<Endpoint> {
+    vko_authority::sentinel_majority(Electorate::new(0, discovered), votes(answers))
+}
+
+/// `sentinel-init`: where a (re)starting Sentinel points its monitor. The master a majority of
+/// the Sentinels names (`discovered` counts this one too); without one, the answer with the
+/// newest config epoch (the latest failover wins); `None` when nobody answered (then the
+/// rendered seed stays).
+pub fn monitor_target(answers: &[Option<SentinelAnswer>], discovered: usize) -> Option<Endpoint> {
+    if let Some(majority) = sentinel_master(answers, discovered) {
         return Some(majority);
     }
-    answered
+    answers
         .iter()
+        .flatten()
         .max_by_key(|a| a.config_epoch)
         .map(|a| a.master.clone())
 }
@@ -185,35 +177,14 @@ pub fn file_role(live: &LiveRole, standalone: bool, port: u16) -> Option<RoleLin
     }
 }
 
-/// The `vko.gtrfc.com/instanceRole` label value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstanceRole {
-    Master,
-    Replica,
-}
-
-impl InstanceRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InstanceRole::Master => vko_api::consts::labels::ROLE_MASTER,
-            InstanceRole::Replica => vko_api::consts::labels::ROLE_REPLICA,
-        }
-    }
-}
-
-/// The label: the server's own role, except that a master which the Sentinel majority does not
-/// name is labelled replica (never route writes to a stale master). Without a Sentinel answer
-/// the server's word stands.
+/// The `vko.gtrfc.com/instanceRole` label: `vko-authority`'s rule over the live role (a master
+/// the Sentinel majority does not name is labelled replica).
 pub fn label_for(
     live: &LiveRole,
     me: &Endpoint,
     sentinel_master: Option<&Endpoint>,
 ) -> InstanceRole {
-    match (live, sentinel_master) {
-        (LiveRole::Master, Some(named)) if named != me => InstanceRole::Replica,
-        (LiveRole::Master, _) => InstanceRole::Master,
-        (LiveRole::ReplicaOf(_) | LiveRole::Hold, _) => InstanceRole::Replica,
-    }
+    vko_authority::instance_role(*live == LiveRole::Master, me, sentinel_master)
 }
 
 #[cfg(test)]
@@ -251,37 +222,47 @@ mod tests {
     }
 
     #[test]
-    fn sentinel_majority_needs_more_than_half_of_the_electorate() {
+    fn the_sentinel_master_needs_more_than_half_of_the_electorate() {
         assert_eq!(
-            sentinel_majority(&[vote(0, 1, 3, 0), vote(1, 1, 3, 0), None], 3),
+            sentinel_master(&[vote(0, 1, 3, 0), vote(1, 1, 3, 0), None], 3),
             Some(ep(1))
         );
-        assert_eq!(sentinel_majority(&[vote(0, 1, 3, 0), None, None], 3), None);
+        assert_eq!(sentinel_master(&[vote(0, 1, 3, 0), None, None], 3), None);
+        // One of three discovered answers, knowing no peer yet: still a minority.
+        assert_eq!(sentinel_master(&[vote(0, 1, 1, 0), None, None], 3), None);
         // Split vote: no majority.
         assert_eq!(
-            sentinel_majority(&[vote(0, 1, 3, 1), vote(1, 2, 3, 2), None], 3),
+            sentinel_master(&[vote(0, 1, 3, 1), vote(1, 2, 3, 2), None], 3),
             None
         );
         // Only two pods resolved, but they know of five Sentinels: two votes are not enough.
         assert_eq!(
-            sentinel_majority(&[vote(0, 1, 5, 0), vote(1, 1, 5, 0)], 2),
+            sentinel_master(&[vote(0, 1, 5, 0), vote(1, 1, 5, 0)], 2),
             None
         );
-        assert_eq!(sentinel_majority(&[None, None, None], 3), None);
+        assert_eq!(sentinel_master(&[None, None, None], 3), None);
     }
 
     #[test]
     fn monitor_target_prefers_majority_then_newest_epoch_then_seed() {
+        // This Sentinel restarts; the two others agree.
         assert_eq!(
-            monitor_target(&[vote(0, 2, 3, 1), vote(1, 2, 3, 1)]),
+            monitor_target(&[vote(0, 2, 3, 1), vote(1, 2, 3, 1)], 3),
             Some(ep(2))
         );
         assert_eq!(
-            monitor_target(&[vote(0, 1, 3, 1), vote(1, 2, 3, 4)]),
+            monitor_target(&[vote(0, 1, 3, 1), vote(1, 2, 3, 4)], 3),
             Some(ep(2))
         );
-        assert_eq!(monitor_target(&[None, None]), None);
-        assert_eq!(monitor_target(&[]), None);
+        // Two of five agree on an older epoch: no majority of the five, so the newest epoch.
+        assert_eq!(
+            monitor_target(&[vote(0, 1, 5, 1), vote(1, 1, 5, 1), vote(2, 2, 5, 3)], 5),
+            Some(ep(2))
+        );
+        // A single answer is followed (it beats the rendered seed).
+        assert_eq!(monitor_target(&[vote(0, 1, 3, 1), None], 3), Some(ep(1)));
+        assert_eq!(monitor_target(&[None, None], 3), None);
+        assert_eq!(monitor_target(&[], 1), None);
     }
 
     #[test]
@@ -492,8 +473,15 @@ mod tests {
             label_for(&LiveRole::Hold, &me, Some(&me)),
             InstanceRole::Replica
         );
-        assert_eq!(InstanceRole::Master.as_str(), "master");
-        assert_eq!(InstanceRole::Replica.as_str(), "replica");
+        // vko-authority depends on nothing, so it spells the label values itself.
+        assert_eq!(
+            InstanceRole::Master.as_str(),
+            vko_api::consts::labels::ROLE_MASTER
+        );
+        assert_eq!(
+            InstanceRole::Replica.as_str(),
+            vko_api::consts::labels::ROLE_REPLICA
+        );
     }
 
     #[test]

@@ -8,10 +8,11 @@
 
 use std::time::Duration;
 
+use vko_authority::InstanceRole;
 use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
 use vko_valkey::{SentinelClient, ValkeyClient};
 
-use crate::decide::{self, InstanceRole};
+use crate::decide;
 use crate::error::{Result, SidecarError};
 use crate::node::Node;
 use crate::topology::{Dialer, Endpoint};
@@ -93,6 +94,9 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
             Promoter::Sentinel {
                 name,
                 sentinels: sentinels.iter().map(address).collect(),
+                // The data pod is not told `spec.sentinel.replicas` (ADR 0014): the electorate
+                // is the Sentinels discovered and the peer counts they report.
+                configured: 0,
             }
         }
         None => Promoter::Direct { target: None },

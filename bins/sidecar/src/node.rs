@@ -45,7 +45,7 @@ impl Node {
         let name = self.topology.monitor.as_ref()?;
         let sentinels = self.topology.sentinels().await;
         let answers = ask_sentinels(&self.dialer, &sentinels, name).await;
-        decide::sentinel_majority(&answers, sentinels.len())
+        decide::sentinel_master(&answers, sentinels.len())
     }
 
     /// ADR 0005's authority: Sentinel's majority, or the operator's record without Sentinel.

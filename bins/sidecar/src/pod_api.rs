@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 
 use vko_api::consts::kube_api;
+use vko_authority::InstanceRole;
 
-use crate::decide::InstanceRole;
 use crate::error::{Result, SidecarError};
 
 pub trait PodApi: Send + Sync {

@@ -11,9 +11,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::sync::OnceCell;
+use vko_authority::InstanceRole;
 use vko_valkey::ValkeyClient;
 
-use crate::decide::{self, Authority, HoldExit, InstanceRole, LiveRole};
+use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
 use crate::handover::{HandoverOutcome, HandoverSettings, handover};
 use crate::node::Node;

@@ -34,7 +34,8 @@ pub async fn sentinel_init(dialer: &Dialer, s: &SentinelInit) -> Result<Option<E
             break;
         }
         let answers = ask_sentinels(dialer, &s.others, &s.monitor_name).await;
-        target = decide::monitor_target(&answers);
+        // The electorate: the others and this Sentinel (ADR 0014).
+        target = decide::monitor_target(&answers, s.others.len() + 1);
         let answered = answers.iter().flatten().count();
         tracing::info!(attempt, asked = s.others.len(), answered, target = ?target, "asked the other Sentinels");
         if target.is_some() || attempt == s.attempts {

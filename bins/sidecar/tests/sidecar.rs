@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use common::{FakePods, HOST, MONITOR, Sentinel, Server, eventually, missing, node_for, writer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vko_authority::InstanceRole;
 use vko_sidecar::conf::{HOLD_HOST, RoleLine, role_line_of};
-use vko_sidecar::decide::{HoldExit, InstanceRole, LiveRole};
+use vko_sidecar::decide::{HoldExit, LiveRole};
 use vko_sidecar::handover::{HandoverOutcome, HandoverSettings, handover};
 use vko_sidecar::init::{InitSettings, decide_role};
 use vko_sidecar::run::{Keeper, Shared, router};

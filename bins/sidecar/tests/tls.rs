@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{FakePods, HOST, Proc, TempDir, eventually, free_port};
-use vko_sidecar::decide::{InstanceRole, LiveRole};
+use vko_authority::InstanceRole;
+use vko_sidecar::decide::LiveRole;
 use vko_sidecar::node::Node;
 use vko_sidecar::run::Keeper;
 use vko_sidecar::topology::{Dialer, Discovery, Endpoint, TlsFiles, Topology};

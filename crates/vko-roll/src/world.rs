@@ -193,7 +193,8 @@ pub struct SentinelPod {
 pub struct SentinelView {
     /// How many Sentinels answered at all.
     pub answered: u32,
-    /// The data-pod ordinal named as master by a strict majority of the answering Sentinels.
+    /// The data-pod ordinal named as master by a strict majority of every Sentinel of the tier
+    /// (configured, existing or reported; `vko-authority`, ADR 0014), not only those answering.
     pub master: Option<u32>,
     /// How many Sentinels name [`SentinelView::master`].
     pub agreeing: u32,

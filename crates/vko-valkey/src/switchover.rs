@@ -20,6 +20,8 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use vko_authority::{Electorate, Vote};
+
 use crate::client::{SentinelClient, ValkeyClient};
 use crate::error::{Error, Result};
 use crate::parse::{ConnectedReplica, ReplicaSyncState, ReplicationInfo, ReplicationRole};
@@ -60,6 +62,10 @@ pub enum Promoter {
     Sentinel {
         name: String,
         sentinels: Vec<Address>,
+        /// How many Sentinels the cluster has (`spec.sentinel.replicas`), 0 when the caller
+        /// cannot know: the new master must be named by a strict majority of the largest of
+        /// this, `sentinels` and the peer counts the Sentinels report (ADR 0014).
+        configured: usize,
     },
     /// `REPLICAOF NO ONE` on `target`, or on the most caught-up online replica when `None`.
     Direct { target: Option<Address> },
@@ -146,8 +152,22 @@ pub async fn switchover<D: Dial>(
     }
     let paused = Paused::start(old, settings).await?;
     let result = match promoter {
-        Promoter::Sentinel { name, sentinels } => {
-            with_sentinel(dial, &paused, old_address, name, sentinels, settings).await
+        Promoter::Sentinel {
+            name,
+            sentinels,
+            configured,
+        } => {
+            let electorate = Electorate::new(*configured, sentinels.len());
+            with_sentinel(
+                dial,
+                &paused,
+                old_address,
+                name,
+                sentinels,
+                electorate,
+                settings,
+            )
+            .await
         }
         Promoter::Direct { target } => direct(dial, &paused, target.as_ref(), settings).await,
     };
@@ -328,6 +348,7 @@ async fn with_sentinel<D: Dial>(
     old_address: &Address,
     name: &str,
     sentinels: &[Address],
+    electorate: Electorate,
     settings: &Settings,
 ) -> Result<Switched> {
     if sentinels.is_empty() {
@@ -378,7 +399,8 @@ async fn with_sentinel<D: Dial>(
     tracing::info!(step = "sentinel-failover", sentinel = %asked, "SENTINEL FAILOVER accepted");
 
     let new_master = loop {
-        if let Some(named) = sentinel_majority(dial, sentinels, &mut clients, name).await
+        if let Some(named) =
+            ask_who_is_master(dial, sentinels, &mut clients, name, electorate).await
             && named != *old_address
         {
             break named;
@@ -409,16 +431,16 @@ async fn close_sentinels(clients: Vec<Option<SentinelClient>>) {
     }
 }
 
-/// The master a majority of Sentinels names: more than half of the larger of the given list and
-/// the number of Sentinels any of them knows. Lost connections are redialled.
-async fn sentinel_majority<D: Dial>(
+/// Asks every Sentinel whom it names and returns the master `vko-authority`'s one majority rule
+/// accepts (ADR 0014). Lost connections are redialled.
+async fn ask_who_is_master<D: Dial>(
     dial: &D,
     sentinels: &[Address],
     clients: &mut [Option<SentinelClient>],
     name: &str,
+    electorate: Electorate,
 ) -> Option<Address> {
-    let mut votes: Vec<(Address, usize)> = Vec::new();
-    let mut electorate = sentinels.len();
+    let mut votes: Vec<Vote<Address>> = Vec::new();
     for (sentinel, slot) in sentinels.iter().zip(clients.iter_mut()) {
         if slot.is_none() {
             *slot = dial.sentinel(sentinel).await.ok();
@@ -427,24 +449,19 @@ async fn sentinel_majority<D: Dial>(
             continue;
         };
         match client.master(name).await {
-            Ok(master) => {
-                electorate = electorate.max(master.num_other_sentinels as usize + 1);
-                let named = Address::new(master.host, master.port);
-                match votes.iter_mut().find(|(a, _)| *a == named) {
-                    Some((_, n)) => *n += 1,
-                    None => votes.push((named, 1)),
-                }
-            }
+            Ok(master) => votes.push(Vote::new(
+                Some(Address::new(master.host, master.port)),
+                usize::try_from(master.num_other_sentinels)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
+            )),
             Err(e) => {
                 tracing::debug!(%sentinel, error = %e, "sentinel did not answer");
                 *slot = None;
             }
         }
     }
-    votes
-        .into_iter()
-        .find(|(_, n)| *n * 2 > electorate)
-        .map(|(a, _)| a)
+    vko_authority::sentinel_majority(electorate, votes)
 }
 
 async fn direct<D: Dial>(

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use vko_authority::InstanceRole;
 use vko_sidecar::conf::{self, Identity, RoleLine};
-use vko_sidecar::decide::InstanceRole;
 use vko_sidecar::error::Result as SidecarResult;
 use vko_sidecar::node::Node;
 use vko_sidecar::pod_api::PodApi;

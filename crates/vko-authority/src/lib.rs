@@ -1,0 +1,32 @@
+//! The one master authority of a Valkey cluster (ADR 0005, ADR 0014): who is master, decided in
+//! one place and the same way for every caller. The operator, the sidecar, the observer and
+//! `vko-valkey`'s switchover all ask this crate; none of them counts Sentinel votes itself.
+//!
+//! - [`ordinal_of`]: the pod ordinal of `<name>-<ordinal>` or of a host name under the headless
+//!   Service (the one ordinal parser).
+//! - [`sentinel_majority`] / [`tally`]: the one Sentinel-majority rule. The electorate is every
+//!   Sentinel the cluster has ([`Electorate`]), never only those that answered, so a partitioned
+//!   minority never names a master.
+//! - [`sentinel_view`]: the operator's reading of every Sentinel's answer in ordinals (the
+//!   majority master and the replicas every agreeing Sentinel knows).
+//! - [`decide_master`]: the operator's decision without Sentinel, over [`PodProbe`]s.
+//! - [`unsynced_replicas`], [`replicas_unknown_to_sentinel`]: replica sync state.
+//! - [`instance_role`]: which pod is labelled `instanceRole=master`.
+//!
+//! Pure: no I/O, no clock, no dependency. Callers gather the answers and act on the result.
+
+mod data;
+mod label;
+mod ordinal;
+mod sentinel;
+
+pub use data::{
+    MasterDecision, PodProbe, ProbeState, decide_master, replicas_unknown_to_sentinel,
+    unsynced_replicas,
+};
+pub use label::{InstanceRole, instance_role};
+pub use ordinal::ordinal_of;
+pub use sentinel::{
+    Electorate, SentinelReport, SentinelVerdict, Tally, Vote, sentinel_majority, sentinel_view,
+    tally,
+};
