@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use vko_api::consts::labels;
-use vko_api::{Valkey, ValkeyStatus};
+use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
 use vko_valkey::TlsOptions;
@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::roll;
-use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
+use crate::status::{self, Blocked, Snapshot};
 use crate::storage::{self, StorageConflict};
 use crate::stores::{self, ManagedKind, Stores};
 
@@ -87,9 +87,9 @@ pub fn backoff(failures: u32) -> Duration {
 const FOREIGN_OBJECT_RECHECK: Duration = Duration::from_secs(15);
 
 /// Requeue delay after `failures` consecutive failed passes that ended with `reason`.
-pub fn requeue_delay(reason: &str, failures: u32) -> Duration {
+pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
     let delay = backoff(failures);
-    if reason == vko_api::ConditionReason::ForeignObject.as_str() {
+    if reason == ConditionReason::ForeignObject {
         delay.min(FOREIGN_OBJECT_RECHECK)
     } else {
         delay
@@ -179,11 +179,11 @@ fn observe_secrets(
     }
     if let Some(secrets) = vko_render::tls_secrets(valkey)? {
         let user_provided = spec.tls_secret_name().is_some();
-        let data_hosts: Vec<String> = (0..u32::try_from(spec.replicas()).unwrap_or(0))
+        let data_hosts: Vec<String> = (0..spec.replicas_u32())
             .map(|ordinal| names.data_pod_fqdn(ordinal))
             .collect();
         let sentinel_hosts: Vec<String> = if spec.sentinel_enabled() {
-            (0..u32::try_from(spec.sentinel_replicas()).unwrap_or(0))
+            (0..spec.sentinel_replicas_u32())
                 .map(|ordinal| names.sentinel_pod_fqdn(ordinal))
                 .collect()
         } else {
@@ -368,7 +368,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     let spec = &valkey.spec;
-    let replicas = u32::try_from(spec.replicas()).unwrap_or(0);
+    let replicas = spec.replicas_u32();
     let mut problems: Vec<Error> = Vec::new();
 
     // ---- observe ----
@@ -451,8 +451,8 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     // ---- data plane ----
     let ports = PortPlan::of(spec);
     let dial = DialConfig {
-        valkey_port: u16::try_from(ports.valkey).unwrap_or(6379),
-        sentinel_port: u16::try_from(ports.sentinel).unwrap_or(26379),
+        valkey_port: ports.valkey_dial_port(),
+        sentinel_port: ports.sentinel_dial_port(),
         password: secrets.password.clone(),
         sentinel_password: if spec.sentinel_auth_disabled() {
             None
@@ -465,11 +465,11 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         .stores
         .statefulset(&namespace, &names.data_statefulset())
         .is_some_and(|sts| is_controlled_by(sts.as_ref(), &uid));
-    let ready_pods = data_pods
+    let ready_count = data_pods
         .iter()
         .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))
         .count();
-    let ready_pods = i32::try_from(ready_pods).unwrap_or(i32::MAX);
+    let ready_pods = i32::try_from(ready_count).unwrap_or(i32::MAX);
     let fqdns: Vec<String> = (0..replicas).map(|o| names.data_pod_fqdn(o)).collect();
     let probes: Vec<PodProbe> = if statefulset_exists {
         futures::future::join_all((0..replicas).map(|ordinal| {
@@ -509,15 +509,13 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             .map(|a| a.as_ref().map(|a| a.report(&name)))
             .collect();
         // The electorate is every Sentinel the spec asks for or that exists (ADR 0014).
-        let electorate = Electorate::new(
-            usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
-            sentinel_pods.len(),
-        );
+        let electorate =
+            Electorate::new(spec.sentinel_replicas_u32() as usize, sentinel_pods.len());
         let verdict = vko_authority::sentinel_view(electorate, &reports);
         master = verdict.master;
         sentinel_failover = master.is_none();
-        let all_ready = ready_pods == i32::try_from(replicas).unwrap_or(i32::MAX)
-            && sentinel_pods.len() == usize::try_from(spec.sentinel_replicas()).unwrap_or(0)
+        let all_ready = ready_count == replicas as usize
+            && sentinel_pods.len() == spec.sentinel_replicas_u32() as usize
             && sentinel_pods.iter().all(|pod| dataplane::pod_is_ready(pod));
         let mut peers: Vec<(String, u32)> = sentinel_pods
             .iter()
@@ -526,7 +524,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             .collect();
         peers.sort();
         if all_ready && !peers.is_empty() {
-            sentinel_peers = Some((peers, u32::try_from(spec.sentinel_replicas()).unwrap_or(0)));
+            sentinel_peers = Some((peers, spec.sentinel_replicas_u32()));
         }
         sentinel_unaware = vko_authority::replicas_unknown_to_sentinel(&verdict, &probes);
     } else if replicas > 1 {
@@ -666,10 +664,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
     let blocked = problems.first().map(|error| Blocked {
-        reason: match error {
-            Error::SecretMissing { .. } => SECRET_MISSING.to_owned(),
-            other => other.reason().to_owned(),
-        },
+        reason: error.reason(),
         message: error.to_string(),
     });
     let snapshot = Snapshot {
@@ -809,7 +804,7 @@ async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
 pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .reconcile_errors
-        .get_or_create(&vec![("reason", error.reason().to_owned())])
+        .get_or_create(&vec![("reason", error.reason().as_str().to_owned())])
         .inc();
     let failures = ctx
         .failures
@@ -826,7 +821,7 @@ pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Ac
     tracing::warn!(
         namespace = valkey.namespace().unwrap_or_default(),
         name = valkey.name_any(),
-        reason = error.reason(),
+        reason = error.reason().as_str(),
         %error,
         retry_in = ?delay,
         "reconcile failed"
@@ -981,9 +976,18 @@ mod tests {
 
     #[test]
     fn a_foreign_object_block_is_rechecked_within_fifteen_seconds() {
-        assert_eq!(requeue_delay("ForeignObject", 30), Duration::from_secs(15));
-        assert_eq!(requeue_delay("ForeignObject", 1), Duration::from_secs(5));
-        assert_eq!(requeue_delay("WriteFailed", 30), Duration::from_secs(300));
+        assert_eq!(
+            requeue_delay(ConditionReason::ForeignObject, 30),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            requeue_delay(ConditionReason::ForeignObject, 1),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            requeue_delay(ConditionReason::WriteFailed, 30),
+            Duration::from_secs(300)
+        );
     }
 
     #[test]
@@ -1067,7 +1071,7 @@ mod tests {
             let [error] = view.problems.as_slice() else {
                 panic!("{value:?}: one problem, got {:?}", view.problems);
             };
-            assert_eq!(error.reason(), "PasswordUnusable");
+            assert_eq!(error.reason(), ConditionReason::PasswordUnusable);
             let message = error.to_string();
             for part in ["auth Secret pw", "\"password\"", problem] {
                 assert!(message.contains(part), "{message:?} names {part:?}");
@@ -1205,7 +1209,7 @@ mod tests {
 
             let result = reconcile(Arc::new(test_valkey()), ctx).await;
             let error = result.expect_err("a foreign object fails the pass");
-            assert_eq!(error.reason(), "ForeignObject");
+            assert_eq!(error.reason(), ConditionReason::ForeignObject);
             assert!(error.to_string().contains("ConfigMap a-config"), "{error}");
             server.await.unwrap();
 

@@ -444,8 +444,8 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
         .await;
         Some(SentinelTier {
             statefulset: sentinel_sts,
-            replicas: u32::try_from(spec.sentinel_replicas()).unwrap_or(0),
-            quorum: u32::try_from(spec.sentinel_quorum()).unwrap_or(0),
+            replicas: spec.sentinel_replicas_u32(),
+            quorum: spec.sentinel_quorum_u32(),
             target_hash,
             pods: pods
                 .iter()
@@ -459,10 +459,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
                 })
                 .collect(),
             view: sentinel_view(
-                Electorate::new(
-                    usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
-                    pods.len(),
-                ),
+                Electorate::new(spec.sentinel_replicas_u32() as usize, pods.len()),
                 &answers,
             ),
         })
@@ -473,7 +470,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
     Some(World {
         data: DataTier {
             statefulset: data_sts,
-            replicas: u32::try_from(spec.replicas()).unwrap_or(0),
+            replicas: spec.replicas_u32(),
             target_hash,
             sidecar_only_change,
             recorded_master: if spec.sentinel_enabled() {
@@ -618,7 +615,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                     configured: world
                         .sentinel
                         .as_ref()
-                        .map_or(0, |tier| usize::try_from(tier.replicas).unwrap_or(0)),
+                        .map_or(0, |tier| tier.replicas as usize),
                 },
                 SwitchoverKind::Promote => Promoter::Direct {
                     target: Some(Address::new(inputs.names.data_pod_fqdn(*to), port)),

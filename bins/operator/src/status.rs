@@ -7,16 +7,12 @@ use vko_api::{ConditionReason, ConditionType, Phase, ValkeyStatus};
 
 use vko_authority::{PodProbe, ProbeState, unsynced_replicas};
 
-/// Reason of `ReconcileBlocked=True` while a referenced Secret is missing (the operator holds the
-/// StatefulSets back; not one of vko-api's write reasons).
-pub const SECRET_MISSING: &str = "SecretMissing";
-
 /// Why the pass could not converge the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Blocked {
     /// `ForeignObject`, `AdmissionWebhookDenied`, `WriteFailed`, `SecretMissing`, or a render
     /// error's reason.
-    pub reason: String,
+    pub reason: ConditionReason,
     pub message: String,
 }
 
@@ -417,7 +413,7 @@ pub fn desired_status(
             Some(blocked) => condition(
                 ConditionType::ReconcileBlocked,
                 true,
-                &blocked.reason,
+                blocked.reason.as_str(),
                 blocked.message.clone(),
                 snapshot.generation,
                 &now,
@@ -885,7 +881,7 @@ mod tests {
     fn a_blocked_pass_reports_error_but_ready_keeps_the_data_plane_truth() {
         let snapshot = Snapshot {
             blocked: Some(Blocked {
-                reason: "ForeignObject".into(),
+                reason: ConditionReason::ForeignObject,
                 message: "ConfigMap a-config exists but is not controlled by this Valkey".into(),
             }),
             ..standalone_ok()
@@ -959,7 +955,7 @@ mod tests {
         let clean = desired_status(None, &standalone_ok(), "v", at(1));
         let blocked = |message: &str| Snapshot {
             blocked: Some(Blocked {
-                reason: SECRET_MISSING.into(),
+                reason: ConditionReason::SecretMissing,
                 message: message.into(),
             }),
             ..standalone_ok()
@@ -975,7 +971,7 @@ mod tests {
             events,
             vec![EventSpec {
                 type_: EventType::Warning,
-                reason: SECRET_MISSING.into(),
+                reason: ConditionReason::SecretMissing.as_str().into(),
                 note: "auth Secret pw does not exist".into()
             }]
         );
