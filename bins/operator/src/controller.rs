@@ -19,6 +19,8 @@ use vko_api::consts::labels;
 use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_status::storage::{self, StorageConflict};
+use vko_status::{self as status, Blocked, Snapshot};
 use vko_valkey::TlsOptions;
 
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
@@ -28,8 +30,6 @@ use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::roll;
-use crate::status::{self, Blocked, Snapshot};
-use crate::storage::{self, StorageConflict};
 use crate::stores::{self, ManagedKind, Stores};
 
 /// Version written to `status.operatorVersion` and every object's annotation.
@@ -573,7 +573,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
                             &ctx,
                             &valkey,
                             status::EventSpec {
-                                type_: kube::runtime::events::EventType::Normal,
+                                type_: status::EventType::Normal,
                                 reason: "MasterPromoted".into(),
                                 note,
                             },
@@ -648,10 +648,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
                 &ctx,
                 &valkey,
                 status::EventSpec {
-                    type_: match note.reason.event_type() {
-                        vko_roll::EventType::Normal => kube::runtime::events::EventType::Normal,
-                        vko_roll::EventType::Warning => kube::runtime::events::EventType::Warning,
-                    },
+                    type_: note.reason.event_type(),
                     reason: note.reason.as_str().to_owned(),
                     note: note.message.clone(),
                 },
@@ -789,7 +786,10 @@ async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
         .events
         .publish(
             &reference,
-            event.type_,
+            match event.type_ {
+                status::EventType::Normal => kube::runtime::events::EventType::Normal,
+                status::EventType::Warning => kube::runtime::events::EventType::Warning,
+            },
             &event.reason,
             &event.note,
             "Reconcile",

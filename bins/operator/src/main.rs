@@ -11,8 +11,6 @@ mod leader;
 mod metrics;
 mod migrate;
 mod roll;
-mod status;
-mod storage;
 mod stores;
 
 use std::net::SocketAddr;

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
-use vko_api::{ConditionType, RollingUpdateStatus, Valkey};
+use vko_api::{ConditionType, Valkey};
 use vko_authority::{Electorate, SentinelReport, ordinal_of};
 use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
 use vko_roll::{
@@ -89,16 +89,6 @@ pub fn recorded_state(valkey: &Valkey) -> RollState {
         .and_then(|recorded| serde_json::to_value(recorded).ok())
         .and_then(|value| serde_json::from_value(value).ok())
         .unwrap_or_default()
-}
-
-/// The state as `status.rollingUpdate` (`None` when not rolling).
-pub fn status_of(state: &RollState) -> Option<RollingUpdateStatus> {
-    if *state == RollState::default() {
-        return None;
-    }
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|value| serde_json::from_value(value).ok())
 }
 
 fn template_hash_of_statefulset(statefulset: Option<&StatefulSet>) -> Option<String> {
@@ -737,7 +727,7 @@ mod tests {
             multiple_masters_since: Some(Millis(1_700_000_000_003)),
             split_brain_reported: true,
         };
-        let status = status_of(&state).unwrap();
+        let status = vko_status::rolling_update_status(&state).unwrap();
         assert_eq!(status.tier.as_deref(), Some("sentinel"));
         let valkey: Valkey = serde_json::from_value(serde_json::json!({
             "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
@@ -747,7 +737,10 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(recorded_state(&valkey), state);
-        assert_eq!(status_of(&RollState::default()), None);
+        assert_eq!(
+            vko_status::rolling_update_status(&RollState::default()),
+            None
+        );
     }
 
     #[test]

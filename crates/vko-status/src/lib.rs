@@ -1,11 +1,19 @@
-//! The status step, as pure functions: phase, message and conditions from what one pass observed;
-//! conditions keep `lastTransitionTime` unless their status flips; Events only on transitions.
+//! The status of a `Valkey`, as pure functions of one observed world (a [`Snapshot`]): phase,
+//! message and conditions; conditions keep `lastTransitionTime` unless their status flips;
+//! Events only on transitions. The operator observes and writes; this crate decides (and can be
+//! tested from fixtures, without a client).
+//!
+//! [`storage`] compares the live data StatefulSet's claims with the rendered ones.
+
+pub mod storage;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::runtime::events::EventType;
-use vko_api::{ConditionReason, ConditionType, Phase, ValkeyStatus};
-
+use vko_api::{ConditionReason, ConditionType, Phase, RollingUpdateStatus, ValkeyStatus};
 use vko_authority::{PodProbe, ProbeState, unsynced_replicas};
+pub use vko_roll::EventType;
+use vko_roll::RollState;
+
+use crate::storage::StorageConflict;
 
 /// Why the pass could not converge the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +53,7 @@ pub struct Snapshot {
     pub tls_material: Option<Vec<TierMaterial>>,
     /// The data StatefulSet's claims against the spec (`None`: not compared this pass; `Some(None)`:
     /// they match).
-    pub storage: Option<Option<crate::storage::StorageConflict>>,
+    pub storage: Option<Option<StorageConflict>>,
     /// Data pods labelled `instanceRole=master` (the `-rw` Service's endpoints).
     pub labeled_masters: Vec<String>,
     /// (Sentinel pod, other Sentinels it knows) of the Sentinels that answered, with the number of
@@ -480,10 +488,10 @@ pub fn desired_status(
                 ConditionType::StorageSpecNotApplied,
                 true,
                 match conflict {
-                    crate::storage::StorageConflict::RecreateRequired { .. } => {
+                    StorageConflict::RecreateRequired { .. } => {
                         ConditionReason::RecreateRequired.as_str()
                     }
-                    crate::storage::StorageConflict::Immutable { .. } => {
+                    StorageConflict::Immutable { .. } => {
                         ConditionReason::VolumeClaimTemplatesImmutable.as_str()
                     }
                 },
@@ -508,7 +516,7 @@ pub fn desired_status(
         }
     }
     let rolling_update = match &snapshot.roll {
-        Some(roll) => crate::roll::status_of(&roll.state),
+        Some(roll) => rolling_update_status(&roll.state),
         None => current.and_then(|status| status.rolling_update.clone()),
     };
     let rw_standing = conditions
@@ -586,6 +594,16 @@ pub fn desired_status(
         observed_generation: snapshot.generation,
         rolling_update,
     }
+}
+
+/// The roll state as `status.rollingUpdate` (`None` when not rolling).
+pub fn rolling_update_status(state: &RollState) -> Option<RollingUpdateStatus> {
+    if *state == RollState::default() {
+        return None;
+    }
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
 }
 
 /// One Event to publish.
@@ -1215,7 +1233,6 @@ mod tests {
 
     #[test]
     fn storage_spec_not_applied_is_written_only_after_a_conflict_and_warns_once_per_message() {
-        use crate::storage::StorageConflict;
         let mut snapshot = standalone_ok();
         snapshot.storage = Some(None);
         let clean = desired_status(None, &snapshot, "v", at(10));
