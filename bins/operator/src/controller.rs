@@ -1380,6 +1380,9 @@ mod tests {
     /// The ForeignObject path against a mock API server (tower-test, the kube-rs controller-rs
     /// pattern): every request is recorded and answered; the scenario fails if the foreign
     /// ConfigMap is patched or deleted.
+    /// A mock API server that plays a [`Scenario`]: every request must be the next expected one
+    /// (method and path, in order); a request out of order, one more than expected, or one
+    /// expected and never made fails the test (kube-rs/controller-rs's fixtures pattern).
     mod mock_api {
         use super::*;
         use http::{Request, Response};
@@ -1387,10 +1390,132 @@ mod tests {
         use kube::client::Body;
         use kube::runtime::reflector::store::Writer;
 
+        /// One request the server answered (its method and path are the script's).
         struct Recorded {
-            method: String,
             path: String,
             body: serde_json::Value,
+        }
+
+        /// One pass's expected API calls, in order.
+        enum Scenario {
+            /// A ConfigMap under the generated name belongs to someone else: every other object
+            /// is applied, the foreign one never written; status and a Warning Event report it.
+            ForeignConfigMap,
+            /// The auth Secret does not exist: everything but the StatefulSet is applied (held
+            /// back), then the status patch and the Warning Event, and nothing else (no pod is
+            /// dialled, the roll does not run).
+            MissingAuthSecret,
+        }
+
+        const SIDECAR_RBAC: [&str; 3] = [
+            "PATCH /api/v1/namespaces/ns/serviceaccounts/a-sidecar",
+            "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-sidecar",
+            "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-sidecar",
+        ];
+        const SERVICES: [&str; 2] = [
+            "PATCH /api/v1/namespaces/ns/services/a-headless",
+            "PATCH /api/v1/namespaces/ns/services/a-rw",
+        ];
+        const STATUS: &str = "PATCH /apis/vko.gtrfc.com/v1/namespaces/ns/valkeys/a/status";
+        const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+        impl Scenario {
+            fn expected(&self) -> Vec<&'static str> {
+                let mut calls: Vec<&'static str> = SIDECAR_RBAC.into();
+                match self {
+                    // The foreign ConfigMap is skipped, the StatefulSet applied.
+                    Scenario::ForeignConfigMap => {
+                        calls.extend(SERVICES);
+                        calls.push("PATCH /apis/apps/v1/namespaces/ns/statefulsets/a");
+                    }
+                    // The ConfigMap applied, the StatefulSet held back.
+                    Scenario::MissingAuthSecret => {
+                        calls.push("PATCH /api/v1/namespaces/ns/configmaps/a-config");
+                        calls.extend(SERVICES);
+                    }
+                }
+                calls.extend([STATUS, EVENT]);
+                calls
+            }
+
+            /// Serves the expected calls in order (the status patch echoes the status, every other
+            /// write echoes its body with a UID); returns what was received once the client is
+            /// gone. A deviation is answered with 500 and reported by [`Played::assert_exact`].
+            fn play(
+                self,
+                mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+            ) -> tokio::task::JoinHandle<Played> {
+                let expected = self.expected();
+                tokio::spawn(async move {
+                    let mut played = Played {
+                        recorded: Vec::new(),
+                        deviations: Vec::new(),
+                        missing: Vec::new(),
+                    };
+                    let mut next = expected.into_iter();
+                    while let Some((request, respond)) = handle.next_request().await {
+                        let method = request.method().to_string();
+                        let path = request.uri().path().to_owned();
+                        let call = format!("{method} {path}");
+                        let bytes = request.into_body().collect_bytes().await.unwrap();
+                        let body: serde_json::Value =
+                            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                        let wanted = next.next();
+                        let reply = if wanted != Some(call.as_str()) {
+                            played.deviations.push(match wanted {
+                                Some(wanted) => format!("expected {wanted}, got {call}"),
+                                None => format!("extra request {call}"),
+                            });
+                            Response::builder().status(500).body(Body::from(Vec::new()))
+                        } else {
+                            let reply = if path.ends_with("/valkeys/a/status") {
+                                let mut valkey = serde_json::to_value(test_valkey()).unwrap();
+                                valkey["status"] = body["status"].clone();
+                                valkey
+                            } else {
+                                let mut echoed = body.clone();
+                                echoed["metadata"]["uid"] = "new-uid".into();
+                                echoed
+                            };
+                            Response::builder()
+                                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                        };
+                        played.recorded.push(Recorded { path, body });
+                        respond.send_response(reply.unwrap());
+                    }
+                    played.missing = next.collect();
+                    played
+                })
+            }
+        }
+
+        /// What the mock API server saw in one scenario.
+        struct Played {
+            recorded: Vec<Recorded>,
+            deviations: Vec<String>,
+            missing: Vec<&'static str>,
+        }
+
+        impl Played {
+            fn assert_exact(&self) {
+                assert!(
+                    self.deviations.is_empty(),
+                    "unexpected requests: {:#?}",
+                    self.deviations
+                );
+                assert!(
+                    self.missing.is_empty(),
+                    "requests never made: {:#?}",
+                    self.missing
+                );
+            }
+
+            fn one(&self, suffix: &str) -> &Recorded {
+                self.recorded
+                    .iter()
+                    .find(|r| r.path.ends_with(suffix))
+                    .unwrap_or_else(|| panic!("no request to *{suffix}"))
+            }
         }
 
         fn empty_stores() -> (Stores, Writer<ConfigMap>) {
@@ -1407,45 +1532,8 @@ mod tests {
             .unwrap()
         }
 
-        #[tokio::test]
-        async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
-            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-            let client = kube::Client::new(service, "default");
-            let recorded = Arc::new(Mutex::new(Vec::<Recorded>::new()));
-            let log = recorded.clone();
-            let server = tokio::spawn(async move {
-                while let Some((request, respond)) = handle.next_request().await {
-                    let method = request.method().to_string();
-                    let path = request.uri().path().to_owned();
-                    let bytes = request.into_body().collect_bytes().await.unwrap();
-                    let body: serde_json::Value =
-                        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                    let reply = if path.ends_with("/valkeys/a/status") {
-                        let mut valkey = serde_json::to_value(test_valkey()).unwrap();
-                        valkey["status"] = body["status"].clone();
-                        valkey
-                    } else {
-                        let mut echoed = body.clone();
-                        echoed["metadata"]["uid"] = "new-uid".into();
-                        echoed
-                    };
-                    log.lock().unwrap().push(Recorded { method, path, body });
-                    respond.send_response(
-                        Response::builder()
-                            .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                            .unwrap(),
-                    );
-                }
-            });
-
-            let (stores, mut cm_writer) = empty_stores();
-            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
-                "data": {"note": "hand-made"}
-            }))
-            .unwrap();
-            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
-            let ctx = Arc::new(Context::new(
+        fn context(client: kube::Client, stores: Stores) -> Arc<Context> {
+            Arc::new(Context::new(
                 client.clone(),
                 stores,
                 EventPublisher::new(client, "vko-operator", None),
@@ -1456,52 +1544,53 @@ mod tests {
                     prometheus_operator_present: false,
                 },
                 Arc::new(Metrics::new(None, "test")),
-            ));
+            ))
+        }
 
-            let result = reconcile(Arc::new(test_valkey()), ctx).await;
+        /// Runs one pass of `valkey` against `scenario`; the server's record once the pass ended.
+        async fn pass(
+            scenario: Scenario,
+            valkey: Valkey,
+            stores: Stores,
+        ) -> (Result<Action, Error>, Played) {
+            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = scenario.play(handle);
+            let client = kube::Client::new(service, "default");
+            let result = reconcile(Arc::new(valkey), context(client, stores)).await;
+            (result, server.await.unwrap())
+        }
+
+        fn blocked_condition(status: &Recorded) -> &serde_json::Value {
+            status.body["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "ReconcileBlocked")
+                .unwrap()
+        }
+
+        #[tokio::test]
+        async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
+            let (stores, mut cm_writer) = empty_stores();
+            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
+                "data": {"note": "hand-made"}
+            }))
+            .unwrap();
+            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
+
+            let (result, played) = pass(Scenario::ForeignConfigMap, test_valkey(), stores).await;
+            played.assert_exact();
             let error = result.expect_err("a foreign object fails the pass");
             assert_eq!(error.reason(), ConditionReason::ForeignObject);
             assert!(error.to_string().contains("ConfigMap a-config"), "{error}");
-            server.await.unwrap();
 
-            let recorded = recorded.lock().unwrap();
-            let calls: Vec<String> = recorded
-                .iter()
-                .map(|r| format!("{} {}", r.method, r.path))
-                .collect();
-            assert!(
-                !calls.iter().any(|c| c.ends_with("/configmaps/a-config")),
-                "the foreign ConfigMap was written: {calls:#?}"
-            );
-            // The rest of the pipeline went on: our other objects were applied.
-            for wanted in [
-                "PATCH /api/v1/namespaces/ns/serviceaccounts/a-sidecar",
-                "PATCH /api/v1/namespaces/ns/services/a-rw",
-                "PATCH /api/v1/namespaces/ns/services/a-headless",
-                "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a",
-            ] {
-                assert!(
-                    calls.iter().any(|c| c == wanted),
-                    "{wanted} missing: {calls:#?}"
-                );
-            }
-            let status = recorded
-                .iter()
-                .find(|r| r.path.ends_with("/valkeys/a/status"))
-                .expect("status written");
-            assert_eq!(status.method, "PATCH");
-            let conditions = status.body["status"]["conditions"].as_array().unwrap();
-            let blocked = conditions
-                .iter()
-                .find(|c| c["type"] == "ReconcileBlocked")
-                .unwrap();
+            let status = played.one("/valkeys/a/status");
+            let blocked = blocked_condition(status);
             assert_eq!(blocked["status"], "True");
             assert_eq!(blocked["reason"], "ForeignObject");
             assert_eq!(status.body["status"]["phase"], "Error");
-            let event = recorded
-                .iter()
-                .find(|r| r.path.ends_with("/events"))
-                .expect("a Warning Event");
+            let event = played.one("/events");
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "ForeignObject");
             assert!(
@@ -1511,6 +1600,83 @@ mod tests {
                     .contains("delete or rename it"),
                 "{}",
                 event.body
+            );
+        }
+
+        #[tokio::test]
+        async fn a_missing_auth_secret_holds_the_statefulset_back_and_reports_it_once() {
+            let (stores, _writers) = Stores::empty();
+            let mut valkey = test_valkey();
+            valkey.spec.auth = Some(vko_api::AuthSpec {
+                secret_name: Some("pw".into()),
+                ..vko_api::AuthSpec::default()
+            });
+
+            let (result, played) = pass(Scenario::MissingAuthSecret, valkey, stores).await;
+            played.assert_exact();
+            let error = result.expect_err("a missing Secret fails the pass");
+            assert_eq!(error.reason(), ConditionReason::SecretMissing);
+            assert!(error.to_string().contains("auth Secret pw"), "{error}");
+            let blocked = blocked_condition(played.one("/valkeys/a/status"));
+            assert_eq!(blocked["status"], "True");
+            assert_eq!(blocked["reason"], "SecretMissing");
+            let event = played.one("/events");
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "SecretMissing");
+        }
+
+        /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.
+        async fn send(client: &kube::Client, call: &str) {
+            let (method, path) = call.split_once(' ').unwrap();
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(b"{}".to_vec())
+                .unwrap();
+            let _ = client.request::<serde_json::Value>(request).await;
+        }
+
+        /// Plays `scenario` against exactly `calls`.
+        async fn play_calls(scenario: Scenario, calls: &[&str]) -> Played {
+            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = scenario.play(handle);
+            let client = kube::Client::new(service, "default");
+            for call in calls {
+                send(&client, call).await;
+            }
+            drop(client);
+            server.await.unwrap()
+        }
+
+        /// The runner itself: a request missing at the end, one too many, or two swapped fail.
+        #[tokio::test]
+        async fn the_scenario_runner_fails_on_a_missing_an_extra_or_a_reordered_request() {
+            let script = Scenario::MissingAuthSecret.expected();
+            let exact = play_calls(Scenario::MissingAuthSecret, &script).await;
+            assert!(exact.deviations.is_empty() && exact.missing.is_empty());
+
+            let short = play_calls(Scenario::MissingAuthSecret, &script[..script.len() - 1]).await;
+            assert!(short.deviations.is_empty(), "{:#?}", short.deviations);
+            assert_eq!(short.missing, [EVENT]);
+
+            let mut long = script.clone();
+            long.push("GET /api/v1/namespaces/ns/pods");
+            let long = play_calls(Scenario::MissingAuthSecret, &long).await;
+            assert_eq!(
+                long.deviations,
+                ["extra request GET /api/v1/namespaces/ns/pods"]
+            );
+
+            let mut swapped = script.clone();
+            let last = swapped.len() - 1;
+            swapped.swap(last - 1, last);
+            let swapped = play_calls(Scenario::MissingAuthSecret, &swapped).await;
+            assert_eq!(
+                swapped.deviations,
+                [
+                    format!("expected {STATUS}, got {EVENT}"),
+                    format!("expected {EVENT}, got {STATUS}")
+                ]
             );
         }
     }
