@@ -127,17 +127,6 @@ fn terminating(pod: &Pod) -> Option<Terminating> {
     })
 }
 
-fn pod_ip_if_running(pod: &Pod) -> Option<String> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let status = pod.status.as_ref()?;
-    if status.phase.as_deref() != Some("Running") {
-        return None;
-    }
-    status.pod_ip.clone()
-}
-
 /// A single data pod whose template differs from the target only in the operator (sidecar)
 /// image: the reference defers that change (SidecarUpdatePending) rather than restart the only
 /// pod. Decided on the rendered template, since the hashes are computed on it.
@@ -227,7 +216,7 @@ pub struct PodDial<'a> {
 impl<'a> PodDial<'a> {
     pub fn new(dial: &'a DialConfig, pods: impl Iterator<Item = &'a Arc<Pod>>) -> PodDial<'a> {
         let ips = pods
-            .filter_map(|pod| Some((pod.name_any(), pod_ip_if_running(pod)?)))
+            .filter_map(|pod| Some((pod.name_any(), dataplane::pod_ip_if_running(pod).ok()?)))
             .collect();
         PodDial { dial, ips }
     }
@@ -422,7 +411,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
             .collect();
         let answers = futures::future::join_all(pods.iter().map(|(ordinal, pod)| {
             let at = Address::new(names.sentinel_pod_fqdn(*ordinal), sentinel_port);
-            let running = pod_ip_if_running(pod).is_some();
+            let running = dataplane::pod_ip_if_running(pod).is_ok();
             async move {
                 if running {
                     ask_sentinel(name, dial, &at).await
