@@ -24,7 +24,7 @@ pub struct Args {
 }
 
 /// Commands the tests need on the host, with the Debian package that provides each.
-const REQUIRED_COMMANDS: [(&str, &str); 7] = [
+const REQUIRED_COMMANDS: [(&str, &str); 10] = [
     ("valkey-server", "valkey-server"),
     ("valkey-sentinel", "valkey-sentinel"),
     ("valkey-cli", "valkey-tools"),
@@ -32,6 +32,10 @@ const REQUIRED_COMMANDS: [(&str, &str); 7] = [
     ("nsenter", "util-linux"),
     ("setsid", "util-linux"),
     ("unshare", "util-linux"),
+    // kube-proxy's iptables mode (vko_testbed::kube_proxy::REQUIRED_COMMANDS).
+    ("iptables", "iptables"),
+    ("iptables-save", "iptables"),
+    ("iptables-restore", "iptables"),
 ];
 /// Debian 12 ships no valkey; bookworm-backports has 8.0.
 const VALKEY_PACKAGES: [&str; 3] = ["valkey-server", "valkey-sentinel", "valkey-tools"];
@@ -425,6 +429,16 @@ mod tests {
     fn finds_sh_on_path_and_not_a_made_up_command() {
         assert!(find_on_path("sh").is_some());
         assert!(find_on_path("vko-no-such-command").is_none());
+    }
+
+    #[test]
+    fn every_command_kube_proxy_needs_is_installed_by_the_prerequisites() {
+        for command in vko_testbed::kube_proxy::REQUIRED_COMMANDS {
+            assert!(
+                REQUIRED_COMMANDS.contains(&(command, vko_testbed::kube_proxy::PACKAGE)),
+                "{command}"
+            );
+        }
     }
 
     #[test]
