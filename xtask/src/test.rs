@@ -31,7 +31,7 @@ pub struct Args {
 pub const PROMTOOL: (&str, &str) = ("promtool", "prometheus");
 /// Commands the testbed and its tests need on the host (also `cargo xtask demo`), with the Debian
 /// package that provides each.
-const TESTBED_COMMANDS: [(&str, &str); 7] = [
+const TESTBED_COMMANDS: [(&str, &str); 10] = [
     ("valkey-server", "valkey-server"),
     ("valkey-sentinel", "valkey-sentinel"),
     ("valkey-cli", "valkey-tools"),
@@ -39,6 +39,10 @@ const TESTBED_COMMANDS: [(&str, &str); 7] = [
     ("nsenter", "util-linux"),
     ("setsid", "util-linux"),
     ("unshare", "util-linux"),
+    // kube-proxy's iptables mode (vko_testbed::kube_proxy::REQUIRED_COMMANDS).
+    ("iptables", "iptables"),
+    ("iptables-save", "iptables"),
+    ("iptables-restore", "iptables"),
 ];
 /// The Prometheus server of the `prometheus` package.
 const PROMETHEUS_SERVER: &str = "/usr/bin/prometheus";
@@ -569,6 +573,16 @@ mod tests {
             "a machine's own policy must be left alone"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_command_kube_proxy_needs_is_installed_by_the_prerequisites() {
+        for command in vko_testbed::kube_proxy::REQUIRED_COMMANDS {
+            assert!(
+                TESTBED_COMMANDS.contains(&(command, vko_testbed::kube_proxy::PACKAGE)),
+                "{command}"
+            );
+        }
     }
 
     #[test]
