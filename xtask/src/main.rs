@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | test | demo | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | valkey | test | demo | bench`.
 
 mod bench;
 mod demo;
@@ -8,6 +8,7 @@ mod go_cache;
 mod helm;
 mod test;
 mod testbed;
+mod valkey;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,9 @@ enum Command {
     Helm(helm::Args),
     /// Build redis_exporter (the metrics sidecar the testbed runs) from its Go module into ~/.cache/vko.
     Exporter(exporter::Args),
+    /// Build the Valkey releases the testbed maps besides the host's (8.1.1, 9.1.2) from Debian's
+    /// source packages into ~/.cache/vko.
+    Valkey(valkey::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -42,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
+        Command::Valkey(args) => valkey::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
