@@ -485,21 +485,20 @@ spec:
 }
 
 /// Sets the `password` key of the auth Secret `name` (created if missing).
-async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) {
+async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) -> anyhow::Result<()> {
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name},
         "stringData": {"password": password}
-    }))
-    .unwrap();
+    }))?;
     secrets
         .patch(
             name,
             &kube::api::PatchParams::apply("vko-e2e").force(),
             &kube::api::Patch::Apply(&secret),
         )
-        .await
-        .unwrap();
+        .await?;
+    Ok(())
 }
 
 /// An empty or blank password never means "no password": the operator holds the cluster back
@@ -515,7 +514,7 @@ async fn an_empty_or_blank_password_is_refused_and_never_means_no_password() {
     let namespace = TestNamespace::create(&client, "op-pwempty").await.unwrap();
     let ns = namespace.name().to_owned();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    put_password(&secrets, "pwe-password", "").await;
+    put_password(&secrets, "pwe-password", "").await.unwrap();
 
     apply_yaml(
         &client,
@@ -577,7 +576,7 @@ spec:
     .await
     .unwrap();
 
-    put_password(&secrets, "pwe-password", "  \t ").await;
+    put_password(&secrets, "pwe-password", "  \t ").await.unwrap();
     wait_for_valkey(
         &valkeys,
         "pwe",
@@ -589,7 +588,7 @@ spec:
     .unwrap();
     assert!(sts.get_opt("pwe").await.unwrap().is_none());
 
-    put_password(&secrets, "pwe-password", "s3cret").await;
+    put_password(&secrets, "pwe-password", "s3cret").await.unwrap();
     wait_for_valkey(&valkeys, "pwe", "PHASE OK", TIMEOUT, ok_with(1))
         .await
         .unwrap();
@@ -606,7 +605,7 @@ spec:
 
     // Emptied under a running cluster: held back again, the running pod untouched; a pod started
     // now gets VALKEY_PASSWORD="" and its sidecar init refuses to configure a server.
-    put_password(&secrets, "pwe-password", "").await;
+    put_password(&secrets, "pwe-password", "").await.unwrap();
     wait_for_valkey(
         &valkeys,
         "pwe",
@@ -672,7 +671,7 @@ spec:
         );
     }
 
-    put_password(&secrets, "pwe-password", "s3cret").await;
+    put_password(&secrets, "pwe-password", "s3cret").await.unwrap();
     pods.delete("pwe-0", &DeleteParams::default())
         .await
         .unwrap();

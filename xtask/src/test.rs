@@ -124,6 +124,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && steps.run("build redis_exporter", || {
             crate::exporter::build().map(|_| ())
         })
+        && steps.run("build valkey 8.1.1 and 9.1.2", || {
+            crate::valkey::build_all().map(|_| ())
+        })
         && steps.run("cargo build --workspace --bins", || {
             testbed::cargo(&["build", "--workspace", "--bins"])
         });
