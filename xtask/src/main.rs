@@ -1,5 +1,5 @@
-//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | valkey | alerts | test |
-//! demo | bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | valkey | alerts | image |
+//! test | demo | bench`.
 
 mod alerts;
 mod bench;
@@ -8,6 +8,7 @@ mod exporter;
 mod gen_crd;
 mod go_cache;
 mod helm;
+mod image;
 mod test;
 mod testbed;
 mod valkey;
@@ -36,6 +37,9 @@ enum Command {
     /// Build the Valkey releases the testbed maps besides the host's (8.1.1, 9.1.2) from Debian's
     /// source packages into ~/.cache/vko.
     Valkey(valkey::Args),
+    /// The vko image, without a registry: release binaries on a base of pinned Debian packages,
+    /// committed with buildah as vko.local/vko:<version>, then run with podman.
+    Image(image::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -52,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Exporter(args) => exporter::run(args),
         Command::Alerts(args) => alerts::run(args),
         Command::Valkey(args) => valkey::run(args),
+        Command::Image(args) => image::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
