@@ -576,7 +576,9 @@ spec:
     .await
     .unwrap();
 
-    put_password(&secrets, "pwe-password", "  \t ").await.unwrap();
+    put_password(&secrets, "pwe-password", "  \t ")
+        .await
+        .unwrap();
     wait_for_valkey(
         &valkeys,
         "pwe",
@@ -588,7 +590,9 @@ spec:
     .unwrap();
     assert!(sts.get_opt("pwe").await.unwrap().is_none());
 
-    put_password(&secrets, "pwe-password", "s3cret").await.unwrap();
+    put_password(&secrets, "pwe-password", "s3cret")
+        .await
+        .unwrap();
     wait_for_valkey(&valkeys, "pwe", "PHASE OK", TIMEOUT, ok_with(1))
         .await
         .unwrap();
@@ -671,7 +675,9 @@ spec:
         );
     }
 
-    put_password(&secrets, "pwe-password", "s3cret").await.unwrap();
+    put_password(&secrets, "pwe-password", "s3cret")
+        .await
+        .unwrap();
     pods.delete("pwe-0", &DeleteParams::default())
         .await
         .unwrap();
