@@ -251,25 +251,27 @@ async fn refused_inputs(valkeys: &Api<DynamicObject>) -> anyhow::Result<Vec<Stri
             json!({ "image": image, "sentinel": { "enabled": true, "replicas": 10 } }),
             "spec.sentinel.replicas in body should be less than or equal to 9",
         ),
+        // kube-apiserver 1.34 names an int-or-string map value's type as "" in these messages
+        // (an object's as "object"): the field path and the rule's message are what matters.
         (
             "memory limit not a quantity",
             json!({ "image": image, "resources": { "limits": { "memory": "1 GB" } } }),
-            "spec.resources.limits[memory]: Invalid value: \"string\": must be a non-negative quantity",
+            "spec.resources.limits[memory]: Invalid value: \"\": must be a non-negative quantity",
         ),
         (
             "sentinel cpu request negative",
             json!({ "image": image, "sentinel": { "enabled": true, "resources": { "requests": { "cpu": "-1" } } } }),
-            "spec.sentinel.resources.requests[cpu]: Invalid value: \"string\": must be a non-negative quantity",
+            "spec.sentinel.resources.requests[cpu]: Invalid value: \"\": must be a non-negative quantity",
         ),
         (
             "metrics integer cpu limit negative",
             json!({ "image": image, "metrics": { "enabled": true, "resources": { "limits": { "cpu": -2 } } } }),
-            "spec.metrics.resources.limits[cpu]: Invalid value: \"integer\": must be a non-negative quantity",
+            "spec.metrics.resources.limits[cpu]: Invalid value: \"\": must be a non-negative quantity",
         ),
         (
             "observer memory request with a unit Kubernetes does not know",
             json!({ "image": image, "observer": { "enabled": true, "resources": { "requests": { "memory": "64MB" } } } }),
-            "spec.observer.resources.requests[memory]: Invalid value: \"string\": must be a non-negative quantity",
+            "spec.observer.resources.requests[memory]: Invalid value: \"\": must be a non-negative quantity",
         ),
         (
             "cpu request above the cpu limit",
