@@ -52,6 +52,29 @@ async fn warning_events(client: &kube::Client, namespace: &str, regarding: &str)
         .collect()
 }
 
+/// Waits for a Warning Event about `regarding` with `reason` whose note names `naming`.
+async fn wait_for_warning(
+    client: &kube::Client,
+    namespace: &str,
+    regarding: &str,
+    reason: &str,
+    naming: &str,
+) -> anyhow::Result<()> {
+    let what = format!("a {reason} Warning Event naming {naming}");
+    wait_until(&what, TIMEOUT, || async {
+        let events = warning_events(client, namespace, regarding).await;
+        Ok(events
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.note.as_deref().is_some_and(|n| n.contains(naming))
+            })
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
 /// Waits until the Valkey reports `ReconcileBlocked=True` with `reason`.
 async fn wait_blocked(
     valkeys: &Api<Valkey>,
@@ -361,28 +384,9 @@ spec:
         sts.get_opt("sec").await.unwrap().is_none(),
         "no StatefulSet without its Secret"
     );
-    wait_until(
-        "a SecretMissing Warning Event naming the Secret",
-        TIMEOUT,
-        || {
-            let client = client.clone();
-            let ns = ns.clone();
-            async move {
-                let events = warning_events(&client, &ns, "sec").await;
-                Ok(events
-                    .iter()
-                    .any(|e| {
-                        e.reason.as_deref() == Some("SecretMissing")
-                            && e.note
-                                .as_deref()
-                                .is_some_and(|n| n.contains("sec-password"))
-                    })
-                    .then_some(()))
-            }
-        },
-    )
-    .await
-    .unwrap();
+    wait_for_warning(&client, &ns, "sec", "SecretMissing", "sec-password")
+        .await
+        .unwrap();
 
     // Let the backoff grow, so the recovery is the Secret watch's doing rather than a retry.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -557,24 +561,9 @@ spec:
         sts.get_opt("pwe").await.unwrap().is_none(),
         "no StatefulSet while the password is empty"
     );
-    wait_until("a PasswordUnusable Warning Event", TIMEOUT, || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let events = warning_events(&client, &ns, "pwe").await;
-            Ok(events
-                .iter()
-                .any(|e| {
-                    e.reason.as_deref() == Some("PasswordUnusable")
-                        && e.note
-                            .as_deref()
-                            .is_some_and(|n| n.contains("pwe-password"))
-                })
-                .then_some(()))
-        }
-    })
-    .await
-    .unwrap();
+    wait_for_warning(&client, &ns, "pwe", "PasswordUnusable", "pwe-password")
+        .await
+        .unwrap();
 
     put_password(&secrets, "pwe-password", "  \t ")
         .await
