@@ -4,7 +4,9 @@
 //! and is left untouched; a missing auth Secret holds the StatefulSet back with a condition and a
 //! Warning Event, and the Secret's creation alone brings the reconcile back; deleting it again blocks
 //! again without touching the StatefulSet, the repeat counted on the same Event; an empty or blank
-//! password is refused (`PasswordUnusable`), by the operator and by a data pod's sidecar.
+//! password is refused (`PasswordUnusable`), by the operator and by a data pod's sidecar; a risky
+//! spec (no auth, `disableAuth`, metrics, 1/2 Sentinels, the PDB cases) gets a
+//! `ConfigurationWarning` condition and one Warning Event per warning, not repeated (ADR 0015).
 
 #[path = "operator_support.rs"]
 mod operator_support;
@@ -674,4 +676,149 @@ spec:
         .await
         .unwrap();
     namespace.cleanup().await.unwrap();
+}
+
+/// The Warning Events with `reason` about `regarding`.
+async fn warnings_with(
+    client: &kube::Client,
+    namespace: &str,
+    regarding: &str,
+    reason: &str,
+) -> Vec<Event> {
+    warning_events(client, namespace, regarding)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn risky_specs_get_a_configuration_warning_condition_and_one_event_per_warning() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-cfgwarn").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    // No auth, metrics on, 2 Sentinels with a PDB, Sentinel over one data pod.
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: cw}
+spec:
+  replicas: 1
+  image: valkey/valkey:8.0
+  sentinel: {enabled: true, replicas: 2}
+  metrics: {enabled: true}
+  podDisruptionBudget: {enabled: true}
+"#,
+    )
+    .await
+    .unwrap();
+    let expected = [
+        "AuthDisabled",
+        "ExporterScrapeUnrestricted",
+        "SentinelCountNotHighlyAvailable",
+        "SentinelWithOneDataPod",
+        "SentinelPodDisruptionBudgetBlocksDrains",
+    ];
+    let warned = wait_for_valkey(&valkeys, "cw", "ConfigurationWarning=True", TIMEOUT, |v| {
+        condition(v, "ConfigurationWarning")
+            .is_some_and(|(status, reason, _)| status == "True" && reason == "AuthDisabled")
+    })
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&warned, "ConfigurationWarning").unwrap();
+    for field in [
+        "spec.auth",
+        "/scrape",
+        "spec.sentinel.replicas is 2",
+        "spec.replicas 1",
+        "minAvailable 2",
+    ] {
+        assert!(message.contains(field), "{field} in {message}");
+    }
+    for reason in expected {
+        wait_for_warning(&client, &ns, "cw", reason, "spec.")
+            .await
+            .unwrap();
+    }
+
+    // Auth on with Sentinel's disabled, 3 + 3, metrics off: only the disableAuth warning stands.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    put_password(&secrets, "cw-password", "s3cret")
+        .await
+        .unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: cw}
+spec:
+  replicas: 3
+  image: valkey/valkey:8.0
+  auth: {secretName: cw-password}
+  sentinel: {enabled: true, replicas: 3, disableAuth: true}
+  podDisruptionBudget: {enabled: true}
+"#,
+    )
+    .await
+    .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        "cw",
+        "ConfigurationWarning=SentinelAuthDisabled",
+        TIMEOUT,
+        |v| {
+            condition(v, "ConfigurationWarning").is_some_and(|(status, reason, message)| {
+                status == "True"
+                    && reason == "SentinelAuthDisabled"
+                    && message.contains("spec.sentinel.disableAuth")
+                    && !message.contains("spec.auth is not set")
+            })
+        },
+    )
+    .await
+    .unwrap();
+    wait_for_warning(&client, &ns, "cw", "SentinelAuthDisabled", "disableAuth")
+        .await
+        .unwrap();
+    // Each warning was published once, when it appeared: passes since then did not repeat it.
+    for reason in expected {
+        let events = warnings_with(&client, &ns, "cw", reason).await;
+        assert_eq!(events.len(), 1, "{reason}: {events:#?}");
+        assert!(events[0].series.is_none(), "{reason} repeated: {events:#?}");
+    }
+
+    // Sentinel's auth back on: the condition clears.
+    apply_yaml(
+        &client,
+        &ns,
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {name: cw}
+spec:
+  replicas: 3
+  image: valkey/valkey:8.0
+  auth: {secretName: cw-password}
+  sentinel: {enabled: true, replicas: 3}
+  podDisruptionBudget: {enabled: true}
+"#,
+    )
+    .await
+    .unwrap();
+    wait_for_valkey(&valkeys, "cw", "ConfigurationWarning=False", TIMEOUT, |v| {
+        condition(v, "ConfigurationWarning").is_some_and(|(status, reason, _)| {
+            status == "False" && reason == "NoConfigurationWarnings"
+        })
+    })
+    .await
+    .unwrap();
 }

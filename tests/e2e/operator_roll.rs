@@ -367,9 +367,15 @@ async fn roll_once(
     ))
 }
 
-/// Warning Events about the `Valkey` itself.
+/// Warning Events about the `Valkey` itself, except its configuration warnings (no auth, metrics
+/// on: they describe the spec, not the roll; ADR 0015).
 async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let advisory = |reason: Option<&str>| {
+        vko_status::advisory::ADVISORY_REASONS
+            .iter()
+            .any(|known| reason == Some(known.as_str()))
+    };
     Ok(events
         .list(&ListParams::default())
         .await?
@@ -377,6 +383,7 @@ async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<
         .into_iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .filter(|e| e.involved_object.kind.as_deref() == Some("Valkey"))
+        .filter(|e| !advisory(e.reason.as_deref()))
         .map(|e| {
             format!(
                 "{}: {}",

@@ -916,6 +916,7 @@ fn snapshot(
         ),
         storage,
         sentinel_peers: authority.sentinel_peers.clone(),
+        advisories: status::advisory::advisories(spec),
         labeled_masters: observed
             .data_pods
             .iter()
@@ -965,7 +966,11 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
             namespace, name, ..
         } = &pass.target;
         write_status(&pass.ctx.client, namespace, name, &next).await?;
-        for event in status::transition_events(current, &next) {
+        let advisories = status::advisory_events(current, &snapshot.advisories);
+        for event in status::transition_events(current, &next)
+            .into_iter()
+            .chain(advisories)
+        {
             publish(pass.ctx, pass.valkey, event).await;
         }
     }
@@ -1397,6 +1402,7 @@ mod tests {
         }
 
         /// One pass's expected API calls, in order.
+        #[derive(Clone, Copy, PartialEq, Eq)]
         enum Scenario {
             /// A ConfigMap under the generated name belongs to someone else: every other object
             /// is applied, the foreign one never written; status and a Warning Event report it.
@@ -1435,6 +1441,10 @@ mod tests {
                     }
                 }
                 calls.extend([STATUS, EVENT]);
+                if *self == Scenario::ForeignConfigMap {
+                    // Its Valkey has no spec.auth: the AuthDisabled configuration warning.
+                    calls.push(EVENT);
+                }
                 calls
             }
 
@@ -1590,9 +1600,18 @@ mod tests {
             assert_eq!(blocked["status"], "True");
             assert_eq!(blocked["reason"], "ForeignObject");
             assert_eq!(status.body["status"]["phase"], "Error");
+            let events: Vec<_> = played
+                .recorded
+                .iter()
+                .filter(|r| r.path.ends_with("/events"))
+                .map(|r| (r.body["type"].clone(), r.body["reason"].clone()))
+                .collect();
+            assert_eq!(
+                events,
+                [("Warning", "ForeignObject"), ("Warning", "AuthDisabled")]
+                    .map(|(type_, reason)| (type_.into(), reason.into()))
+            );
             let event = played.one("/events");
-            assert_eq!(event.body["type"], "Warning");
-            assert_eq!(event.body["reason"], "ForeignObject");
             assert!(
                 event.body["note"]
                     .as_str()

@@ -355,6 +355,9 @@ string_enum! {
         PodRecreationStalled => "PodRecreationStalled",
         /// No data pod carries the master role label, so the `-rw` Service is empty.
         RWServiceEmpty => "RWServiceEmpty",
+        /// The spec is accepted but weakens security or availability (vko; the reference only
+        /// logs or emits Events for some of these).
+        ConfigurationWarning => "ConfigurationWarning",
     }
 }
 
@@ -464,6 +467,27 @@ string_enum! {
         InvalidRenderInput => "InvalidRenderInput",
         /// ReconcileBlocked=True: a rendered object could not be serialized (vko-render).
         SerializationFailed => "SerializationFailed",
+        /// ConfigurationWarning=True: no `spec.auth`, so clients need no password.
+        AuthDisabled => "AuthDisabled",
+        /// ConfigurationWarning=True: `spec.sentinel.disableAuth` opens Sentinel's commands.
+        SentinelAuthDisabled => "SentinelAuthDisabled",
+        /// ConfigurationWarning=True: the exporter's `/scrape` dials any address for any caller.
+        ExporterScrapeUnrestricted => "ExporterScrapeUnrestricted",
+        /// ConfigurationWarning=True: 1 or 2 Sentinels tolerate no Sentinel outage.
+        SentinelCountNotHighlyAvailable => "SentinelCountNotHighlyAvailable",
+        /// ConfigurationWarning=True: an even Sentinel count tolerates no more failures than one
+        /// fewer.
+        SentinelCountEven => "SentinelCountEven",
+        /// ConfigurationWarning=True: Sentinel with one data pod has nothing to fail over to.
+        SentinelWithOneDataPod => "SentinelWithOneDataPod",
+        /// ConfigurationWarning=True: the data PDB lets a drain evict every data pod at once (the
+        /// reference's Event reason).
+        PodDisruptionBudgetTooPermissive => "PodDisruptionBudgetTooPermissive",
+        /// ConfigurationWarning=True: the Sentinel PDB permits no eviction at all (the
+        /// reference's Event reason).
+        SentinelPodDisruptionBudgetBlocksDrains => "SentinelPodDisruptionBudgetBlocksDrains",
+        /// ConfigurationWarning=False: the warnings that stood are gone.
+        NoConfigurationWarnings => "NoConfigurationWarnings",
     }
 }
 
@@ -520,7 +544,7 @@ mod tests {
 
     #[test]
     fn condition_types_and_reasons_round_trip() {
-        assert_eq!(ConditionType::ALL.len(), 13);
+        assert_eq!(ConditionType::ALL.len(), 14);
         for ty in ConditionType::ALL {
             assert_eq!(ty.as_str().parse::<ConditionType>(), Ok(*ty));
             assert_eq!(serde_json::to_value(ty).unwrap(), ty.as_str());

@@ -5,6 +5,7 @@
 //!
 //! [`storage`] compares the live data StatefulSet's claims with the rendered ones.
 
+pub mod advisory;
 pub mod storage;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -13,6 +14,7 @@ use vko_authority::{PodProbe, ProbeState, unsynced_replicas};
 pub use vko_roll::EventType;
 use vko_roll::RollState;
 
+use crate::advisory::Advisory;
 use crate::storage::StorageConflict;
 
 /// Why the pass could not converge the spec.
@@ -58,6 +60,8 @@ pub struct Snapshot {
     /// The Sentinels' peer counts; `None` unless every data and Sentinel pod is ready and one
     /// answered.
     pub sentinel_peers: Option<SentinelPeers>,
+    /// The spec's configuration warnings ([`advisory::advisories`]).
+    pub advisories: Vec<Advisory>,
 }
 
 /// The data StatefulSet's `volumeClaimTemplates` against the rendered ones in one pass.
@@ -611,6 +615,19 @@ pub fn desired_status(
             ),
         );
     }
+    if let Some(warning) = configuration_warning(&conditions, &snapshot.advisories) {
+        set_condition(
+            &mut conditions,
+            condition(
+                ConditionType::ConfigurationWarning,
+                warning.0,
+                warning.1.as_str(),
+                warning.2,
+                snapshot.generation,
+                &now,
+            ),
+        );
+    }
     let master_pod = snapshot
         .master
         .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
@@ -626,6 +643,52 @@ pub fn desired_status(
         observed_generation: snapshot.generation,
         rolling_update,
     }
+}
+
+/// `ConfigurationWarning`: True naming every warning (the first one's reason); False once they are
+/// gone, written only on a cluster that had one.
+fn configuration_warning(
+    conditions: &[Condition],
+    advisories: &[Advisory],
+) -> Option<(bool, ConditionReason, String)> {
+    match advisories.first() {
+        Some(first) => Some((
+            true,
+            first.reason,
+            advisories
+                .iter()
+                .map(|advisory| advisory.message.as_str())
+                .collect::<Vec<_>>()
+                .join(". "),
+        )),
+        None => conditions
+            .iter()
+            .any(|c| c.type_ == ConditionType::ConfigurationWarning.as_str() && c.status == "True")
+            .then(|| {
+                (
+                    false,
+                    ConditionReason::NoConfigurationWarnings,
+                    "the spec raises no configuration warning".to_owned(),
+                )
+            }),
+    }
+}
+
+/// One Warning Event per configuration warning the previous status did not carry yet (a warning
+/// that stands is not repeated every pass, unlike the reference's PDB Events: ADR 0015).
+pub fn advisory_events(old: Option<&ValkeyStatus>, advisories: &[Advisory]) -> Vec<EventSpec> {
+    let standing = find(old, ConditionType::ConfigurationWarning)
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.as_str());
+    advisories
+        .iter()
+        .filter(|advisory| !standing.is_some_and(|message| message.contains(&advisory.message)))
+        .map(|advisory| EventSpec {
+            type_: EventType::Warning,
+            reason: advisory.reason.as_str().to_owned(),
+            note: advisory.message.clone(),
+        })
+        .collect()
 }
 
 /// The roll state as `status.rollingUpdate` (`None` when not rolling).
@@ -794,6 +857,7 @@ mod tests {
             storage: StorageCheck::NotCompared,
             labeled_masters: vec!["a-0".into()],
             sentinel_peers: None,
+            advisories: Vec::new(),
         }
     }
 
@@ -959,6 +1023,52 @@ mod tests {
         assert_eq!(blocked.observed_generation, Some(3));
         assert_eq!(status.master_pod.as_deref(), Some("a-0"));
         assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn configuration_warnings_are_one_condition_and_an_event_each_when_they_appear() {
+        let warning = |reason, message: &str| Advisory {
+            reason,
+            message: message.to_owned(),
+        };
+        let auth = warning(ConditionReason::AuthDisabled, "spec.auth is not set");
+        let scrape = warning(ConditionReason::ExporterScrapeUnrestricted, "/scrape");
+        let never = desired_status(None, &standalone_ok(), "v", at(1));
+        assert!(find(Some(&never), ConditionType::ConfigurationWarning).is_none());
+
+        let mut snapshot = standalone_ok();
+        snapshot.advisories = vec![auth.clone()];
+        let first = desired_status(Some(&never), &snapshot, "v", at(2));
+        let condition = find(Some(&first), ConditionType::ConfigurationWarning).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", "AuthDisabled")
+        );
+        let events = advisory_events(Some(&never), &snapshot.advisories);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            (events[0].type_, events[0].reason.as_str()),
+            (EventType::Warning, "AuthDisabled")
+        );
+        // Standing: not repeated; a new one next to it: only the new one.
+        assert_eq!(advisory_events(Some(&first), &snapshot.advisories), vec![]);
+        snapshot.advisories = vec![auth, scrape];
+        let second = desired_status(Some(&first), &snapshot, "v", at(3));
+        let condition = find(Some(&second), ConditionType::ConfigurationWarning).unwrap();
+        assert_eq!(condition.message, "spec.auth is not set. /scrape");
+        assert_eq!(condition.last_transition_time, at(2));
+        let events = advisory_events(Some(&first), &snapshot.advisories);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "ExporterScrapeUnrestricted");
+
+        snapshot.advisories.clear();
+        let cleared = desired_status(Some(&second), &snapshot, "v", at(4));
+        let condition = find(Some(&cleared), ConditionType::ConfigurationWarning).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "NoConfigurationWarnings")
+        );
+        assert_eq!(advisory_events(Some(&second), &[]), vec![]);
     }
 
     #[test]
