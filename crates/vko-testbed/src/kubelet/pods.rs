@@ -1679,6 +1679,9 @@ struct Published {
     written: bool,
     /// The pod's resourceVersion our last write produced: older copies from the watch predate it.
     resource_version: Option<u64>,
+    /// The status as the API server returned it from our last write (what it keeps of ours: a field
+    /// it drops or normalises must not look like someone else's change, or we would write forever).
+    echo: Option<PodStatus>,
 }
 
 impl StatusWriter {
@@ -1698,6 +1701,7 @@ impl StatusWriter {
                 status: pod.status.clone(),
                 written: false,
                 resource_version: None,
+                echo: None,
             })),
             server,
             stopped,
@@ -1787,7 +1791,12 @@ impl StatusWriter {
             own
         } else {
             match self.server_status(&published) {
-                Some(server) if !status::is_reflected_in(&own, &server) => {
+                Some(server)
+                    if !status::is_reflected_in(
+                        published.echo.as_ref().unwrap_or(&own),
+                        &server,
+                    ) =>
+                {
                     tracing::info!(
                         pod = %self.key,
                         "the API server's pod status differs from the kubelet's; writing it back"
@@ -1818,6 +1827,7 @@ impl StatusWriter {
                         .resource_version
                         .as_deref()
                         .and_then(|version| version.parse().ok()),
+                    echo: written.status,
                 };
                 Ok(())
             }
