@@ -241,11 +241,80 @@ async fn refused_inputs(valkeys: &Api<DynamicObject>) -> anyhow::Result<Vec<Stri
             json!({ "image": image, "tls": { "enabled": true, "secretName": "-tls" } }),
             "tls.secretName must be a valid Secret name",
         ),
+        (
+            "replicas above 100",
+            json!({ "image": image, "replicas": 101 }),
+            "spec.replicas in body should be less than or equal to 100",
+        ),
+        (
+            "sentinel replicas above 9",
+            json!({ "image": image, "sentinel": { "enabled": true, "replicas": 10 } }),
+            "spec.sentinel.replicas in body should be less than or equal to 9",
+        ),
+        // kube-apiserver 1.34 names an int-or-string map value's type as "" in these messages
+        // (an object's as "object"): the field path and the rule's message are what matters.
+        (
+            "memory limit not a quantity",
+            json!({ "image": image, "resources": { "limits": { "memory": "1 GB" } } }),
+            "spec.resources.limits[memory]: Invalid value: \"\": must be a non-negative quantity",
+        ),
+        (
+            "sentinel cpu request negative",
+            json!({ "image": image, "sentinel": { "enabled": true, "resources": { "requests": { "cpu": "-1" } } } }),
+            "spec.sentinel.resources.requests[cpu]: Invalid value: \"\": must be a non-negative quantity",
+        ),
+        (
+            "metrics integer cpu limit negative",
+            json!({ "image": image, "metrics": { "enabled": true, "resources": { "limits": { "cpu": -2 } } } }),
+            "spec.metrics.resources.limits[cpu]: Invalid value: \"\": must be a non-negative quantity",
+        ),
+        (
+            "observer memory request with a unit Kubernetes does not know",
+            json!({ "image": image, "observer": { "enabled": true, "resources": { "requests": { "memory": "64MB" } } } }),
+            "spec.observer.resources.requests[memory]: Invalid value: \"\": must be a non-negative quantity",
+        ),
+        (
+            "cpu request above the cpu limit",
+            json!({ "image": image, "resources": { "requests": { "cpu": "2" }, "limits": { "cpu": "1500m" } } }),
+            "spec.resources.requests: Invalid value: \"object\": requests must not exceed limits",
+        ),
+        (
+            "integer memory request above the memory limit",
+            json!({ "image": image, "resources": { "requests": { "memory": 2147483648_i64 }, "limits": { "memory": "1Gi" } } }),
+            "spec.resources.requests: Invalid value: \"object\": requests must not exceed limits",
+        ),
     ];
 
+    // Names the generated names cannot carry (the limits of vko_render::Names::new).
+    let names: Vec<(&str, String, &str)> = vec![
+        (
+            "name of 44 characters",
+            "a".repeat(44),
+            "metadata.name must be at most 43 characters",
+        ),
+        (
+            "name starting with a digit",
+            "1valkey".to_owned(),
+            "metadata.name must start with a lowercase letter",
+        ),
+        (
+            "name with a dot",
+            "valkey.prod".to_owned(),
+            "metadata.name must not contain a dot",
+        ),
+    ];
+    let cases = cases
+        .into_iter()
+        .enumerate()
+        .map(|(index, (case, spec, expected))| (case, format!("refused-{index}"), spec, expected))
+        .chain(
+            names
+                .into_iter()
+                .map(|(case, name, expected)| (case, name, json!({ "image": image }), expected)),
+        );
+
     let mut failures = Vec::new();
-    for (index, (case, spec, expected)) in cases.into_iter().enumerate() {
-        let name = format!("refused-{index}");
+    for (case, name, spec, expected) in cases {
         match valkeys
             .create(&PostParams::default(), &object(&name, spec)?)
             .await
@@ -292,10 +361,28 @@ async fn accepted_edge_cases(valkeys: &Api<DynamicObject>) -> anyhow::Result<Vec
             "observer db zero and extreme ports",
             json!({ "image": image, "observer": { "enabled": true, "db": 0 }, "metrics": { "enabled": true, "port": 65535 } }),
         ),
+        (
+            "the largest tiers",
+            json!({ "image": image, "replicas": 100, "sentinel": { "enabled": true, "replicas": 9 } }),
+        ),
+        (
+            "integer and fractional quantities, requests equal to limits",
+            json!({ "image": image, "resources": { "requests": { "cpu": 2, "memory": "1.5Gi" }, "limits": { "cpu": "2000m", "memory": "1536Mi" } },
+                    "sentinel": { "enabled": true, "resources": { "requests": { "cpu": "0", "memory": "1e3" } } },
+                    "metrics": { "enabled": true, "resources": { "requests": { "cpu": "50m" }, "limits": { "memory": "128Mi" } } } }),
+        ),
     ];
     let mut failures = Vec::new();
-    for (index, (case, spec)) in cases.into_iter().enumerate() {
-        let name = format!("edge-{index}");
+    let cases = cases
+        .into_iter()
+        .enumerate()
+        .map(|(index, (case, spec))| (case, format!("edge-{index}"), spec))
+        .chain(std::iter::once((
+            "name of exactly 43 characters",
+            format!("a{}", "-b".repeat(21)),
+            json!({ "image": image, "sentinel": { "enabled": true } }),
+        )));
+    for (case, name, spec) in cases {
         if let Err(error) = valkeys
             .create(&PostParams::default(), &object(&name, spec)?)
             .await

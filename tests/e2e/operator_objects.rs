@@ -52,6 +52,29 @@ async fn warning_events(client: &kube::Client, namespace: &str, regarding: &str)
         .collect()
 }
 
+/// Waits for a Warning Event about `regarding` with `reason` whose note names `naming`.
+async fn wait_for_warning(
+    client: &kube::Client,
+    namespace: &str,
+    regarding: &str,
+    reason: &str,
+    naming: &str,
+) -> anyhow::Result<()> {
+    let what = format!("a {reason} Warning Event naming {naming}");
+    wait_until(&what, TIMEOUT, || async {
+        let events = warning_events(client, namespace, regarding).await;
+        Ok(events
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.note.as_deref().is_some_and(|n| n.contains(naming))
+            })
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
 /// Waits until the Valkey reports `ReconcileBlocked=True` with `reason`.
 async fn wait_blocked(
     valkeys: &Api<Valkey>,
@@ -361,28 +384,9 @@ spec:
         sts.get_opt("sec").await.unwrap().is_none(),
         "no StatefulSet without its Secret"
     );
-    wait_until(
-        "a SecretMissing Warning Event naming the Secret",
-        TIMEOUT,
-        || {
-            let client = client.clone();
-            let ns = ns.clone();
-            async move {
-                let events = warning_events(&client, &ns, "sec").await;
-                Ok(events
-                    .iter()
-                    .any(|e| {
-                        e.reason.as_deref() == Some("SecretMissing")
-                            && e.note
-                                .as_deref()
-                                .is_some_and(|n| n.contains("sec-password"))
-                    })
-                    .then_some(()))
-            }
-        },
-    )
-    .await
-    .unwrap();
+    wait_for_warning(&client, &ns, "sec", "SecretMissing", "sec-password")
+        .await
+        .unwrap();
 
     // Let the backoff grow, so the recovery is the Secret watch's doing rather than a retry.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -485,21 +489,20 @@ spec:
 }
 
 /// Sets the `password` key of the auth Secret `name` (created if missing).
-async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) {
+async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) -> anyhow::Result<()> {
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name},
         "stringData": {"password": password}
-    }))
-    .unwrap();
+    }))?;
     secrets
         .patch(
             name,
             &kube::api::PatchParams::apply("vko-e2e").force(),
             &kube::api::Patch::Apply(&secret),
         )
-        .await
-        .unwrap();
+        .await?;
+    Ok(())
 }
 
 /// An empty or blank password never means "no password": the operator holds the cluster back
@@ -515,7 +518,7 @@ async fn an_empty_or_blank_password_is_refused_and_never_means_no_password() {
     let namespace = TestNamespace::create(&client, "op-pwempty").await.unwrap();
     let ns = namespace.name().to_owned();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    put_password(&secrets, "pwe-password", "").await;
+    put_password(&secrets, "pwe-password", "").await.unwrap();
 
     apply_yaml(
         &client,
@@ -558,26 +561,13 @@ spec:
         sts.get_opt("pwe").await.unwrap().is_none(),
         "no StatefulSet while the password is empty"
     );
-    wait_until("a PasswordUnusable Warning Event", TIMEOUT, || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let events = warning_events(&client, &ns, "pwe").await;
-            Ok(events
-                .iter()
-                .any(|e| {
-                    e.reason.as_deref() == Some("PasswordUnusable")
-                        && e.note
-                            .as_deref()
-                            .is_some_and(|n| n.contains("pwe-password"))
-                })
-                .then_some(()))
-        }
-    })
-    .await
-    .unwrap();
+    wait_for_warning(&client, &ns, "pwe", "PasswordUnusable", "pwe-password")
+        .await
+        .unwrap();
 
-    put_password(&secrets, "pwe-password", "  \t ").await;
+    put_password(&secrets, "pwe-password", "  \t ")
+        .await
+        .unwrap();
     wait_for_valkey(
         &valkeys,
         "pwe",
@@ -589,7 +579,9 @@ spec:
     .unwrap();
     assert!(sts.get_opt("pwe").await.unwrap().is_none());
 
-    put_password(&secrets, "pwe-password", "s3cret").await;
+    put_password(&secrets, "pwe-password", "s3cret")
+        .await
+        .unwrap();
     wait_for_valkey(&valkeys, "pwe", "PHASE OK", TIMEOUT, ok_with(1))
         .await
         .unwrap();
@@ -606,7 +598,7 @@ spec:
 
     // Emptied under a running cluster: held back again, the running pod untouched; a pod started
     // now gets VALKEY_PASSWORD="" and its sidecar init refuses to configure a server.
-    put_password(&secrets, "pwe-password", "").await;
+    put_password(&secrets, "pwe-password", "").await.unwrap();
     wait_for_valkey(
         &valkeys,
         "pwe",
@@ -672,7 +664,9 @@ spec:
         );
     }
 
-    put_password(&secrets, "pwe-password", "s3cret").await;
+    put_password(&secrets, "pwe-password", "s3cret")
+        .await
+        .unwrap();
     pods.delete("pwe-0", &DeleteParams::default())
         .await
         .unwrap();

@@ -2,7 +2,8 @@
 //! acknowledged (plain `SET`, no `WAIT`): a pod-template change (resources) replaces every pod,
 //! one at a time per tier (watched), the data tier before the Sentinel tier, the master by a
 //! lossless switchover; afterwards exactly one master holds every acknowledged write and the
-//! `Valkey` got no Warning Event.
+//! `Valkey` got no Warning Event. Turning metrics on for a running 3 + 3 cluster rolls the data
+//! tier the same way (the exporter container arrives; the Sentinel pods stay).
 //!
 //! `bench_roll` (ignored; `cargo xtask bench roll` runs it) repeats rolls and prints the total
 //! roll time and the writer's gap at each master switchover.
@@ -251,12 +252,21 @@ fn identities(pods: &Pods, names: &[String]) -> PodIdentity {
 
 /// Changes the pod templates (`cpu` request) of both tiers and waits until every pod is replaced
 /// and the cluster is settled again, under a writer.
+/// The spec change a roll is made of.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A new CPU request on both tiers: every pod is replaced.
+    CpuRequest(u32),
+    /// `spec.metrics.enabled: true`: every data pod gets the exporter; the Sentinel tier stays.
+    EnableMetrics,
+}
+
 async fn roll_once(
     client: &kube::Client,
     ns: &str,
     name: &str,
     shape: Shape,
-    cpu_millis: u32,
+    change: Change,
     prefix: &str,
 ) -> anyhow::Result<(RollResult, PodIdentity, PodIdentity)> {
     let before = Pods::list(client, ns).await?;
@@ -278,11 +288,17 @@ async fn roll_once(
     }
 
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
-    let resources = serde_json::json!({"requests": {"cpu": format!("{cpu_millis}m")}});
-    let mut spec = serde_json::json!({"resources": resources});
-    if shape.sentinel {
-        spec["sentinel"] = serde_json::json!({"resources": resources});
-    }
+    let (spec, sentinel_tier_rolls) = match change {
+        Change::CpuRequest(cpu_millis) => {
+            let resources = serde_json::json!({"requests": {"cpu": format!("{cpu_millis}m")}});
+            let mut spec = serde_json::json!({"resources": resources});
+            if shape.sentinel {
+                spec["sentinel"] = serde_json::json!({"resources": resources});
+            }
+            (spec, shape.sentinel)
+        }
+        Change::EnableMetrics => (serde_json::json!({"metrics": {"enabled": true}}), false),
+    };
     let started = Instant::now();
     valkeys
         .patch(
@@ -293,7 +309,7 @@ async fn roll_once(
         .await?;
     let expected: Vec<String> = data_before
         .keys()
-        .chain(sentinel_before.keys())
+        .chain(sentinel_before.keys().filter(|_| sentinel_tier_rolls))
         .cloned()
         .collect();
     let replaced = eventually(
@@ -389,7 +405,7 @@ async fn roll_case(prefix: &str, shape: Shape) -> anyhow::Result<()> {
     settled(&client, &ns, name, shape).await?;
 
     let (result, data_after, sentinel_after) =
-        roll_once(&client, &ns, name, shape, 17, prefix).await?;
+        roll_once(&client, &ns, name, shape, Change::CpuRequest(17), prefix).await?;
     let warnings = valkey_warnings(&client, &ns).await?;
     let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
     println!(
@@ -481,6 +497,70 @@ async fn one_data_three_sentinels_roll_without_losing_a_write() {
     )
     .await
     .unwrap();
+}
+
+/// Metrics turned on for a running 3 + 3 cluster (issue 16, item 7): the exporter arrives through
+/// the lossless roll of the data tier (the Sentinel tier keeps its pods), under the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write() {
+    let _serial = SERIAL.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "roll-metrics")
+        .await
+        .unwrap();
+    let ns = namespace.name().to_owned();
+    let name = "metrics";
+    let shape = Shape {
+        replicas: 3,
+        sentinel: true,
+        persistence: false,
+    };
+    apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+    let sentinels_before = {
+        let pods = Pods::list(&client, &ns).await.unwrap();
+        identities(&pods, &sentinel_pods(&pods, name))
+    };
+
+    let (result, data_after, sentinels_after) =
+        roll_once(&client, &ns, name, shape, Change::EnableMetrics, "metrics")
+            .await
+            .unwrap();
+    let warnings = valkey_warnings(&client, &ns).await.unwrap();
+    let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
+    println!(
+        "MEASURED roll-metrics: roll_ms={} acked={} lost={} switchover_gaps_ms={gaps:?} longest_gap_ms={} max_terminating data={} masters_after={:?}",
+        ms(result.total),
+        result.log.acked.len(),
+        result.lost,
+        ms(result.log.longest_gap()),
+        result.concurrency.data,
+        result.masters_after,
+    );
+    assert_eq!(result.lost, 0, "acknowledged writes lost");
+    assert_eq!(result.masters_after.len(), 1, "{:?}", result.masters_after);
+    assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
+    assert!(result.concurrency.data <= 1, "{:?}", result.concurrency);
+    assert_eq!(
+        sentinels_after, sentinels_before,
+        "the Sentinel tier keeps its pods"
+    );
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for pod in data_after.keys() {
+        let exporter_ready = pods.by_name.get(pod).is_some_and(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.name == "exporter" && c.ready)
+        });
+        assert!(exporter_ready, "{pod} runs a ready exporter container");
+    }
+    namespace.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -779,7 +859,7 @@ async fn a_roll_survives_the_operator_being_killed_three_times() {
     let rolled = tokio::spawn({
         let client = client.clone();
         let ns = ns.clone();
-        async move { roll_once(&client, &ns, name, shape, 19, "kill").await }
+        async move { roll_once(&client, &ns, name, shape, Change::CpuRequest(19), "kill").await }
     });
     let (kills, own) = killer.await.unwrap();
     let (result, _, _) = rolled.await.unwrap().unwrap();
@@ -984,7 +1064,7 @@ async fn bench_roll() {
                 &ns,
                 name,
                 shape,
-                20 + roll,
+                Change::CpuRequest(20 + roll),
                 &format!("bench{roll}"),
             )
             .await

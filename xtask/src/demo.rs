@@ -1,8 +1,10 @@
 //! `cargo xtask demo`: the README's "run it" command. On a fresh machine it installs what is missing,
 //! builds the workspace and helm, starts a testbed (unless one runs), `helm upgrade --install`s the
 //! chart — the operator runs IN the cluster as the chart's Deployment, with the chart's ServiceAccount
-//! and RBAC — applies the HA example (3 Valkey pods + 3 Sentinels), waits for PHASE OK and says how to
-//! connect. Running it again upgrades the release and re-applies the example.
+//! and RBAC — applies the HA example (3 Valkey pods + 3 Sentinels), waits for PHASE OK, checks that
+//! the `ha-cluster-rw` Service reaches the master through kube-proxy (`valkey-cli … ROLE` on its
+//! ClusterIP) and says how to connect. Running it again upgrades the release and re-applies the
+//! example.
 //!
 //! The demo's operator joins the leader election of the end-to-end tests' operators (Lease
 //! `default/vko-operator-leader`) and renders the same sidecar image (`vko.local/vko:dev`, which the
@@ -27,6 +29,8 @@ const CHART: &str = "charts/valkey-operator";
 /// testbed where end-to-end tests run, their operators may hold the Lease for minutes).
 const OPERATOR_READY_TIMEOUT: Duration = Duration::from_secs(900);
 const EXAMPLE: &str = "examples/ha-sentinel.yaml";
+/// The example's read-write Service (`<name>-rw`): the master, as clients reach it.
+const SERVICE: &str = "ha-cluster-rw";
 /// Three data pods and three Sentinels from a cold start, with images already on the host.
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -125,12 +129,26 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
         "-o",
         "jsonpath={.items[0].status.podIP}",
     ])?;
+    let service_ip = kubectl.output(&[
+        "get",
+        "service",
+        SERVICE,
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ])?;
+    let service_ip = service_ip.trim();
+    check_service_reaches_the_master(service_ip)?;
     println!();
-    println!("Connect (pod IPs are reachable from this host over the testbed bridge):");
+    println!("Connect (kube-proxy routes ClusterIPs on this host and in every pod):");
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  export PATH={}:$PATH", paths::bin_dir().display());
     println!(
-        "  valkey-cli -h {} SET greeting hello      # the master",
+        "  valkey-cli -h {service_ip} -p 6379 SET greeting hello      # Service {SERVICE}: the master"
+    );
+    println!(
+        "  valkey-cli -h {} -p 6379 GET greeting      # the master's pod IP (over the bridge)",
         master_ip.trim()
     );
     println!("  kubectl -n {NAMESPACE} get valkey,pods,svc");
@@ -143,6 +161,34 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
     );
     println!("Stop everything: cargo xtask testbed down");
     Ok(())
+}
+
+/// Runs the printed Service connect line's client once (`ROLE` through the ClusterIP): it must
+/// answer `master`. Retried for a while: kube-proxy applies a new endpoint within about a second.
+fn check_service_reaches_the_master(service_ip: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let output = Command::new("valkey-cli")
+            .args(["-h", service_ip, "-p", "6379", "-t", "2", "ROLE"])
+            .stdin(Stdio::null())
+            .output()
+            .context("running valkey-cli")?;
+        let reply = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() && reply.lines().next() == Some("master") {
+            println!("==> valkey-cli -h {service_ip} -p 6379 ROLE (Service {SERVICE}): master");
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "the Service {SERVICE} ({service_ip}:6379) does not reach the master: ROLE answered \
+                 {:?} {:?}; kube-proxy's log is {}",
+                reply.trim(),
+                String::from_utf8_lossy(&output.stderr).trim(),
+                Paths::from_env().component_log("kube-proxy").display()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 /// Where an earlier, host-process demo operator recorded its pid; `cargo xtask testbed down` still

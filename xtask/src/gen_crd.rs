@@ -179,6 +179,15 @@ pub fn reference_markdown() -> anyhow::Result<String> {
         page,
         "Short name: `vk`. `kubectl explain valkey.spec` prints the same descriptions.\n"
     )?;
+    let name_rules: Vec<&str> = rule_messages(root).collect();
+    if !name_rules.is_empty() {
+        writeln!(page, "## `metadata.name`\n")?;
+        writeln!(page, "Refused at admission:\n")?;
+        for message in name_rules {
+            writeln!(page, "- {message}")?;
+        }
+        writeln!(page)?;
+    }
     for top in ["spec", "status"] {
         let schema = &root["properties"][top];
         document_object(&mut page, top, schema)?;
@@ -225,6 +234,13 @@ fn document_object(page: &mut String, path: &str, schema: &Value) -> anyhow::Res
     let mut refusals: Vec<String> = rule_messages(schema).map(str::to_owned).collect();
     for (name, property) in properties {
         refusals.extend(rule_messages(property).map(|message| format!("`{name}`: {message}")));
+        // The values of a map (the quantities in `resources.limits` and `.requests`).
+        for map in ["limits", "requests"] {
+            let values = &property["properties"][map]["additionalProperties"];
+            refusals.extend(
+                rule_messages(values).map(|message| format!("`{name}.{map}` values: {message}")),
+            );
+        }
     }
     if !refusals.is_empty() {
         writeln!(page, "Refused at admission:\n")?;
@@ -375,7 +391,14 @@ mod tests {
         ] {
             assert!(page.contains(section), "missing {section}");
         }
-        assert!(page.contains("| `replicas` | `int32` (≥ 1) | `1` |"));
+        assert!(page.contains("| `replicas` | `int32` (1–100) | `1` |"));
+        assert!(page.contains("## `metadata.name`"));
+        assert!(page.contains("- metadata.name must be at most 43 characters"));
+        assert!(
+            page.contains(
+                "- `resources.limits` values: must be a non-negative quantity such as 500m"
+            )
+        );
         assert!(
             page.contains("tls.enabled requires exactly one of tls.certManager or tls.secretName")
         );

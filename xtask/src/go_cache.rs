@@ -1,5 +1,6 @@
-//! The cache of Go-built tools (helm, redis_exporter): `~/.cache/vko/<name>-<version>/<binary>`,
-//! built aside and renamed into place, complete only once its version stamp is written.
+//! The cache of built tools (helm and redis_exporter from Go, Valkey from C):
+//! `~/.cache/vko/<name>-<version>/<binary>`, built aside and renamed into place, complete only once
+//! its version stamp is written.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,10 +38,10 @@ impl CachedTool<'_> {
                 .is_ok_and(|found| found == self.stamp())
     }
 
-    /// Returns the cached binary, running `go_build(staging_dir)` first when it is missing.
+    /// Returns the cached binary, running `build(staging_dir)` first when it is missing.
     pub fn build_with(
         &self,
-        go_build: impl FnOnce(&Path) -> anyhow::Result<Duration>,
+        build: impl FnOnce(&Path) -> anyhow::Result<Duration>,
     ) -> anyhow::Result<PathBuf> {
         let (name, version, dest) = (self.name, self.version, &self.dir);
         if self.is_complete() {
@@ -55,7 +56,7 @@ impl CachedTool<'_> {
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .with_context(|| format!("creating {}", staging.display()))?;
-        let result = go_build(&staging).and_then(|elapsed| {
+        let result = build(&staging).and_then(|elapsed| {
             std::fs::write(staging.join(STAMP), self.stamp())
                 .context("writing the version stamp")?;
             if dest.exists() {

@@ -1,5 +1,5 @@
-//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | alerts | test | demo |
-//! bench`.
+//! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | valkey | alerts | image |
+//! test | demo | bench`.
 
 mod alerts;
 mod bench;
@@ -8,8 +8,10 @@ mod exporter;
 mod gen_crd;
 mod go_cache;
 mod helm;
+mod image;
 mod test;
 mod testbed;
+mod valkey;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +34,12 @@ enum Command {
     Exporter(exporter::Args),
     /// The chart's alert rules: `promtool check rules` and `promtool test rules` (xtask/alerts/).
     Alerts(alerts::Args),
+    /// Build the Valkey releases the testbed maps besides the host's (8.1.1, 9.1.2) from Debian's
+    /// source packages into ~/.cache/vko.
+    Valkey(valkey::Args),
+    /// The vko image, without a registry: release binaries on a base of pinned Debian packages,
+    /// committed with buildah as vko.local/vko:<version>, then run with podman.
+    Image(image::Args),
     /// The README's test command: install prerequisites, unit tests, then end-to-end tests on a testbed.
     Test(test::Args),
     /// The README's "run it" command: a local cluster, the operator, and an HA Valkey reaching OK.
@@ -47,6 +55,8 @@ fn main() -> anyhow::Result<()> {
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
         Command::Alerts(args) => alerts::run(args),
+        Command::Valkey(args) => valkey::run(args),
+        Command::Image(args) => image::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),

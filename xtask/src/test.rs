@@ -2,7 +2,7 @@
 //! installs the prerequisites, builds everything, checks the chart's alert rules with promtool, runs
 //! the unit tests, starts a testbed, runs the end-to-end tests against it, then the RBAC
 //! least-privilege check over the whole suite's audit log, and ALWAYS takes the testbed down and
-//! checks nothing was left behind.
+//! checks nothing was left behind; then builds the image (`cargo xtask image`).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -20,6 +20,9 @@ pub struct Args {
     /// Skip `cargo test --workspace` (the unit tests).
     #[arg(long)]
     skip_unit: bool,
+    /// Skip `cargo xtask image` (the release build and the image, run after the testbed is down).
+    #[arg(long)]
+    skip_image: bool,
     /// Extra arguments for the end-to-end `cargo test` (for example a test name filter).
     #[arg(last = true)]
     e2e_args: Vec<String>,
@@ -31,7 +34,7 @@ pub struct Args {
 pub const PROMTOOL: (&str, &str) = ("promtool", "prometheus");
 /// Commands the testbed and its tests need on the host (also `cargo xtask demo`), with the Debian
 /// package that provides each.
-const TESTBED_COMMANDS: [(&str, &str); 7] = [
+const TESTBED_COMMANDS: [(&str, &str); 10] = [
     ("valkey-server", "valkey-server"),
     ("valkey-sentinel", "valkey-sentinel"),
     ("valkey-cli", "valkey-tools"),
@@ -39,11 +42,15 @@ const TESTBED_COMMANDS: [(&str, &str); 7] = [
     ("nsenter", "util-linux"),
     ("setsid", "util-linux"),
     ("unshare", "util-linux"),
+    // kube-proxy's iptables mode (vko_testbed::kube_proxy::REQUIRED_COMMANDS).
+    ("iptables", "iptables"),
+    ("iptables-save", "iptables"),
+    ("iptables-restore", "iptables"),
 ];
 /// The Prometheus server of the `prometheus` package.
 const PROMETHEUS_SERVER: &str = "/usr/bin/prometheus";
 /// Asked by invoke-rc.d and deb-systemd-invoke before a package script starts a service.
-const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+pub const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
 /// Exit status 101: "action forbidden" — the package scripts then start nothing.
 const DENY_SERVICE_STARTS: &str = "#!/bin/sh\n\
 # Written by `cargo xtask test` for the length of an apt-get install: start no service.\n\
@@ -119,6 +126,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && steps.run("build helm", || crate::helm::build().map(|_| ()))
         && steps.run("build redis_exporter", || {
             crate::exporter::build().map(|_| ())
+        })
+        && steps.run("build valkey 8.1.1 and 9.1.2", || {
+            crate::valkey::build_all().map(|_| ())
         })
         && steps.run("cargo build --workspace --bins", || {
             testbed::cargo(&["build", "--workspace", "--bins"])
@@ -204,6 +214,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         steps.run("testbed down", testbed::down);
         steps.run("check that nothing was left behind", testbed::check_clean);
+    }
+    // After the testbed is down (it needs none): the image assembled from this run's debug binaries
+    // and run with podman — the same base, layout, user and entrypoint as `cargo xtask image`, in
+    // seconds instead of a release build (which would add a cold release build to every fresh-clone
+    // run). No test uses the image yet, so it holds nothing up.
+    if !prepared {
+        steps.skip("image", "the build did not complete");
+    } else if args.skip_image {
+        println!("\n==> image: skipped (--skip-image)");
+    } else {
+        let bin_dir = testbed::target_dir().join("debug");
+        steps.run(
+            "image: cargo xtask image --bin-dir <target>/debug (buildah, podman run)",
+            || {
+                crate::image::run(crate::image::Args {
+                    bin_dir: Some(bin_dir),
+                })
+            },
+        );
     }
 
     println!();
@@ -422,12 +451,12 @@ pub fn install_commands(required: &[(&str, &str)]) -> anyhow::Result<()> {
 /// A [`POLICY_RC_D`] that forbids every service start, written when the machine has none and
 /// removed again on drop. A machine's own policy-rc.d (Debian container images often ship one that
 /// forbids everything) is left as it is.
-struct NoServiceStarts {
+pub struct NoServiceStarts {
     written: Option<PathBuf>,
 }
 
 impl NoServiceStarts {
-    fn install(path: &Path) -> anyhow::Result<NoServiceStarts> {
+    pub fn install(path: &Path) -> anyhow::Result<NoServiceStarts> {
         if path.exists() {
             return Ok(NoServiceStarts { written: None });
         }
@@ -468,7 +497,7 @@ fn pids_running(executable: &Path) -> Vec<i32> {
         .collect()
 }
 
-fn apt(args: &[&str]) -> anyhow::Result<()> {
+pub fn apt(args: &[&str]) -> anyhow::Result<()> {
     println!("apt-get {}", args.join(" "));
     let status = Command::new("apt-get")
         .args(args)
@@ -481,7 +510,7 @@ fn apt(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn find_on_path(command: &str) -> Option<std::path::PathBuf> {
+pub fn find_on_path(command: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
     std::env::split_paths(&path)
@@ -569,6 +598,16 @@ mod tests {
             "a machine's own policy must be left alone"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_command_kube_proxy_needs_is_installed_by_the_prerequisites() {
+        for command in vko_testbed::kube_proxy::REQUIRED_COMMANDS {
+            assert!(
+                TESTBED_COMMANDS.contains(&(command, vko_testbed::kube_proxy::PACKAGE)),
+                "{command}"
+            );
+        }
     }
 
     #[test]

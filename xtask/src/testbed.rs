@@ -3,7 +3,9 @@
 //!
 //! `up` starts `vko-testbed serve` (the supervisor) detached; `down` stops it and then sweeps
 //! whatever a crashed or killed supervisor may have left: processes, `vkotb-*` network namespaces,
-//! the bridge and pod veths, mounts, the state directory. `check-clean` lists such leftovers.
+//! the bridge and pod veths, the bridge's policy routing, kube-proxy's `KUBE-*` iptables chains,
+//! mounts, the state directory.
+//! `check-clean` lists such leftovers.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -145,6 +147,8 @@ pub fn up() -> anyhow::Result<Duration> {
     paths::require_root()?;
     let paths = Paths::from_env();
     refuse_if_running(&paths)?;
+    // Unlike valkey (a pod fails without it), a missing iptables fails the whole start: say so now.
+    vko_testbed::kube_proxy::check_prerequisites()?;
     build()?;
     let elapsed = start_built(&paths)?;
     println!("testbed ready in {}", format_duration(elapsed));
@@ -377,7 +381,10 @@ pub fn status() -> anyhow::Result<()> {
 pub fn check_clean() -> anyhow::Result<()> {
     let leftovers = find_leftovers(&Paths::from_env())?;
     if leftovers.is_empty() {
-        println!("clean: no testbed process, network namespace, link, mount or state directory");
+        println!(
+            "clean: no testbed process, network namespace, link, policy route, KUBE-* iptables \
+             chain, mount or state directory"
+        );
         return Ok(());
     }
     for leftover in &leftovers {
@@ -411,6 +418,17 @@ fn sweep(paths: &Paths) -> anyhow::Result<Vec<String>> {
     for link in leftover_links()? {
         run_quietly("ip", &["link", "delete", &link]);
     }
+    if let Err(error) = vko_testbed::net::remove_policy_routing() {
+        eprintln!("removing the testbed's policy routing: {error}");
+    }
+    // Before the state directory goes: `kube-proxy --cleanup` takes its configuration from there.
+    let kube_proxy_config = vko_testbed::kube_proxy::config_file(paths);
+    if let Err(error) = vko_testbed::kube_proxy::cleanup(
+        &paths::bin_dir().join("kube-proxy"),
+        Some(&kube_proxy_config),
+    ) {
+        eprintln!("removing kube-proxy's iptables chains: {error}");
+    }
     paths::remove_state_dir(paths.state_dir())?;
     let remaining = find_leftovers(paths)?;
     if !remaining.is_empty() {
@@ -441,6 +459,12 @@ pub fn find_leftovers(paths: &Paths) -> anyhow::Result<Vec<String>> {
     }
     for link in leftover_links()? {
         leftovers.push(format!("network link {link}"));
+    }
+    for routing in vko_testbed::net::leftover_policy_routing()? {
+        leftovers.push(format!("policy routing: {routing}"));
+    }
+    for chain in vko_testbed::kube_proxy::leftover_chains()? {
+        leftovers.push(format!("kube-proxy chain ({chain})"));
     }
     for mount in paths::mounts_under(paths.state_dir())? {
         leftovers.push(format!("mount {}", mount.display()));

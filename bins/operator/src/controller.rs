@@ -1,5 +1,7 @@
 //! The Controller over `Valkey` and its reconcile pass: a fixed pipeline of named steps,
-//! observe → render → apply → data plane → status. A failed step is reported and the pass goes on.
+//! observe (stores) → render → apply → probe (data pods) → act (master authority, then one roll
+//! step) → status (derived by `vko-status`, written when changed, Events) → outcome (requeue).
+//! A failed step is recorded and the pass goes on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,9 +18,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use vko_api::consts::labels;
-use vko_api::{Valkey, ValkeyStatus};
+use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_status::storage::{self, StorageConflict};
+use vko_status::{self as status, Blocked, PeerCount, SentinelPeers, Snapshot, StorageCheck};
 use vko_valkey::TlsOptions;
 
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
@@ -28,8 +32,6 @@ use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::roll;
-use crate::status::{self, Blocked, SECRET_MISSING, Snapshot};
-use crate::storage::{self, StorageConflict};
 use crate::stores::{self, ManagedKind, Stores};
 
 /// Version written to `status.operatorVersion` and every object's annotation.
@@ -87,9 +89,9 @@ pub fn backoff(failures: u32) -> Duration {
 const FOREIGN_OBJECT_RECHECK: Duration = Duration::from_secs(15);
 
 /// Requeue delay after `failures` consecutive failed passes that ended with `reason`.
-pub fn requeue_delay(reason: &str, failures: u32) -> Duration {
+pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
     let delay = backoff(failures);
-    if reason == vko_api::ConditionReason::ForeignObject.as_str() {
+    if reason == ConditionReason::ForeignObject {
         delay.min(FOREIGN_OBJECT_RECHECK)
     } else {
         delay
@@ -179,11 +181,11 @@ fn observe_secrets(
     }
     if let Some(secrets) = vko_render::tls_secrets(valkey)? {
         let user_provided = spec.tls_secret_name().is_some();
-        let data_hosts: Vec<String> = (0..u32::try_from(spec.replicas()).unwrap_or(0))
+        let data_hosts: Vec<String> = (0..spec.replicas_u32())
             .map(|ordinal| names.data_pod_fqdn(ordinal))
             .collect();
         let sentinel_hosts: Vec<String> = if spec.sentinel_enabled() {
-            (0..u32::try_from(spec.sentinel_replicas()).unwrap_or(0))
+            (0..spec.sentinel_replicas_u32())
                 .map(|ordinal| names.sentinel_pod_fqdn(ordinal))
                 .collect()
         } else {
@@ -307,19 +309,26 @@ fn is_controlled_by<K: Resource>(object: &K, uid: &str) -> bool {
 }
 
 /// Step 3 helper: compares the rendered data StatefulSet's `volumeClaimTemplates` with the live
-/// one's (`None` when there is none to compare with: returns `None`). A claim set that differs
-/// holds the StatefulSet back (kept, not written); a size / class / access-mode difference keeps
-/// the live claims in what is applied, so every other change still goes through.
+/// one's. A claim set that differs holds the StatefulSet back (kept, not written); a size /
+/// class / access-mode difference keeps the live claims in what is applied, so every other
+/// change still goes through.
 fn guard_volume_claim_templates(
     desired: &mut Vec<DesiredObject>,
     keep: &mut ObjectKeys,
     live: Option<&StatefulSet>,
-) -> Option<Option<StorageConflict>> {
-    let live = live?;
-    let name = live.metadata.name.clone()?;
-    let index = desired
+) -> StorageCheck {
+    let Some(live) = live else {
+        return StorageCheck::NotCompared;
+    };
+    let Some(name) = live.metadata.name.clone() else {
+        return StorageCheck::NotCompared;
+    };
+    let Some(index) = desired
         .iter()
-        .position(|object| object.kind == ManagedKind::StatefulSet && object.name == name)?;
+        .position(|object| object.kind == ManagedKind::StatefulSet && object.name == name)
+    else {
+        return StorageCheck::NotCompared;
+    };
     let live_templates = live
         .spec
         .as_ref()
@@ -331,7 +340,10 @@ fn guard_volume_claim_templates(
             Vec::new()
         } else {
             // The renderer wrote them from these types: a failure here is a bug, not input.
-            serde_json::from_value(wanted.clone()).ok()?
+            match serde_json::from_value(wanted.clone()) {
+                Ok(templates) => templates,
+                Err(_) => return StorageCheck::NotCompared,
+            }
         };
     let found = storage::conflict(&live_templates, &desired_templates);
     match &found {
@@ -346,113 +358,229 @@ fn guard_volume_claim_templates(
         }
         None => {}
     }
-    Some(found)
+    StorageCheck::from(found)
 }
 
 fn component_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(labels::COMPONENT).map(String::as_str)
 }
 
-/// The reconcile pass.
+/// The reconcile pass: a fixed list of named steps. A failed step is recorded in `problems` and
+/// the pass goes on; the most urgent problem becomes `ReconcileBlocked` and the pass's error.
 pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
-    let namespace = valkey
-        .namespace()
-        .ok_or(Error::MissingObjectField("metadata.namespace"))?;
-    let name = valkey.name_any();
-    let uid = valkey
-        .uid()
-        .ok_or(Error::MissingObjectField("metadata.uid"))?;
-    if valkey.metadata.deletion_timestamp.is_some() {
-        // The garbage collector removes the children through their ownerReferences.
+    let Some(target) = Target::of(&valkey, &ctx.config)? else {
+        // Being deleted: the garbage collector removes the children through their ownerReferences.
         return Ok(Action::await_change());
-    }
-    let spec = &valkey.spec;
-    let replicas = u32::try_from(spec.replicas()).unwrap_or(0);
+    };
+    let pass = Pass {
+        ctx: &ctx,
+        valkey: &valkey,
+        target,
+    };
     let mut problems: Vec<Error> = Vec::new();
+    let mut observed = observe(&pass)?;
+    problems.append(&mut observed.secrets.problems);
+    let rendered = render(&pass, &observed);
+    let storage = apply(
+        &pass,
+        &rendered,
+        observed.secrets.auth_missing,
+        &mut problems,
+    )
+    .await;
+    let plane = probe(&pass, &observed).await;
+    let acted = act(&pass, &observed, &plane, &rendered, &mut problems).await;
+    // The problem that needs a human first is the one reported.
+    problems.sort_by_key(Error::priority);
+    let snapshot = snapshot(&pass, &observed, plane, &acted, storage, &problems);
+    write_status_and_events(&pass, &snapshot).await?;
+    outcome(&pass, problems, &snapshot, &acted)
+}
 
-    // ---- observe ----
-    let names = Names::new(&name, &namespace, &ctx.config.cluster_domain)?;
-    let secrets = observe_secrets(&valkey, &namespace, &names, &ctx.stores)?;
-    problems.extend(secrets.problems);
-    let pods = ctx.stores.cluster_pods(&namespace, &name);
+/// One pass over one `Valkey`.
+struct Pass<'a> {
+    ctx: &'a Context,
+    valkey: &'a Valkey,
+    target: Target,
+}
+
+/// Who a pass is about: the fields the API server always sets, and the generated names.
+struct Target {
+    namespace: String,
+    name: String,
+    uid: String,
+    names: Names,
+}
+
+impl Target {
+    /// `None` while the `Valkey` is being deleted.
+    fn of(valkey: &Valkey, config: &OperatorConfig) -> Result<Option<Target>, Error> {
+        let namespace = valkey
+            .namespace()
+            .ok_or(Error::MissingObjectField("metadata.namespace"))?;
+        let name = valkey.name_any();
+        let uid = valkey
+            .uid()
+            .ok_or(Error::MissingObjectField("metadata.uid"))?;
+        if valkey.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let names = Names::new(&name, &namespace, &config.cluster_domain)?;
+        Ok(Some(Target {
+            namespace,
+            name,
+            uid,
+            names,
+        }))
+    }
+}
+
+/// Step 1, observe: what the stores hold for one `Valkey` (no GETs).
+struct Observed {
+    secrets: SecretView,
+    data_pods: BTreeMap<u32, Arc<Pod>>,
+    sentinel_pods: Vec<Arc<Pod>>,
+    /// `status.masterPod` as an ordinal below `spec.replicas`.
+    recorded: Option<u32>,
+}
+
+fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
+    let Target {
+        namespace, name, ..
+    } = &pass.target;
+    let stores = &pass.ctx.stores;
+    let secrets = observe_secrets(pass.valkey, namespace, &pass.target.names, stores)?;
+    let pods = stores.cluster_pods(namespace, name);
     let data_pods: BTreeMap<u32, Arc<Pod>> = pods
         .iter()
         .filter(|pod| component_of(pod) == Some(labels::COMPONENT_VALKEY))
-        .filter_map(|pod| Some((ordinal_of(&name, &pod.name_any())?, pod.clone())))
+        .filter_map(|pod| Some((ordinal_of(name, &pod.name_any())?, pod.clone())))
         .collect();
     let sentinel_pods: Vec<Arc<Pod>> = pods
         .iter()
         .filter(|pod| component_of(pod) == Some(labels::COMPONENT_SENTINEL))
         .cloned()
         .collect();
-    let recorded = valkey
+    let recorded = pass
+        .valkey
         .status
         .as_ref()
         .and_then(|status| status.master_pod.as_deref())
-        .and_then(|pod| ordinal_of(&name, pod))
-        .filter(|ordinal| *ordinal < replicas);
+        .and_then(|pod| ordinal_of(name, pod))
+        .filter(|ordinal| *ordinal < pass.valkey.spec.replicas_u32());
+    Ok(Observed {
+        secrets,
+        data_pods,
+        sentinel_pods,
+        recorded,
+    })
+}
 
-    // ---- render ----
-    let mut inputs = RenderInputs::new(&namespace, &ctx.config.operator_image, OPERATOR_VERSION);
-    inputs.cluster_domain = ctx.config.cluster_domain.clone();
-    inputs.owner = valkey.controller_owner_ref(&());
-    inputs.tls_material_hash = secrets.tls_hash.clone();
-    inputs.sentinel_tls_material_hash = secrets.sentinel_tls_hash.clone();
-    inputs.cert_manager_present = ctx.config.cert_manager_present;
-    inputs.prometheus_operator_present = ctx.config.prometheus_operator_present;
-    inputs.recorded_master = recorded;
-    inputs.live_pod_ordinals = data_pods.keys().copied().collect();
-    let rendered = vko_render::render(&valkey, &inputs);
+/// Step 2, render: every desired object, from the spec and what was observed.
+fn render(
+    pass: &Pass<'_>,
+    observed: &Observed,
+) -> Result<vko_render::Rendered, vko_render::RenderError> {
+    let config = &pass.ctx.config;
+    let mut inputs = RenderInputs::new(
+        &pass.target.namespace,
+        &config.operator_image,
+        OPERATOR_VERSION,
+    );
+    inputs.cluster_domain = config.cluster_domain.clone();
+    inputs.owner = pass.valkey.controller_owner_ref(&());
+    inputs.tls_material_hash = observed.secrets.tls_hash.clone();
+    inputs.sentinel_tls_material_hash = observed.secrets.sentinel_tls_hash.clone();
+    inputs.cert_manager_present = config.cert_manager_present;
+    inputs.prometheus_operator_present = config.prometheus_operator_present;
+    inputs.recorded_master = observed.recorded;
+    inputs.live_pod_ordinals = observed.data_pods.keys().copied().collect();
+    vko_render::render(pass.valkey, &inputs)
+}
 
-    // ---- apply ----
-    // `None`: the storage was not compared this pass (no live StatefulSet, or nothing rendered).
-    let mut storage_check: Option<Option<StorageConflict>> = None;
-    match &rendered {
-        Ok(rendered) => match desired_objects(rendered, secrets.auth_missing) {
-            Ok((mut desired, mut keep)) => {
-                storage_check = guard_volume_claim_templates(
-                    &mut desired,
-                    &mut keep,
-                    ctx.stores
-                        .statefulset(&namespace, &names.data_statefulset())
-                        .as_deref()
-                        .filter(|live| is_controlled_by(*live, &uid)),
-                );
-                if let Some(Some(StorageConflict::RecreateRequired { difference })) = &storage_check
-                {
-                    problems.push(Error::StorageRecreateRequired {
-                        name: names.data_statefulset(),
-                        difference: difference.clone(),
-                    });
-                }
-                let stores = &ctx.stores;
-                let mut report = apply::apply_objects(
-                    &ctx.client,
-                    &namespace,
-                    &uid,
-                    &desired,
-                    |kind, object_name| stores.meta(kind, &namespace, object_name),
-                )
-                .await;
-                let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
-                let stale = apply::stale_objects(&stores.all_in(&namespace), &wanted, &keep, &uid);
-                apply::delete_objects(&ctx.client, &namespace, &stale, &mut report).await;
-                if !report.deleted.is_empty() {
-                    tracing::info!(%namespace, %name, deleted = ?report.deleted, "deleted objects no longer wanted");
-                }
-                problems.extend(report.errors);
-            }
-            Err(error) => problems.push(error),
-        },
-        Err(error) => problems.push(Error::Render(error.clone())),
+/// Step 3, apply: server-side applies what was rendered (the StatefulSets held back while a
+/// Secret is missing or unusable, claim changes guarded) and deletes what is no longer wanted.
+async fn apply(
+    pass: &Pass<'_>,
+    rendered: &Result<vko_render::Rendered, vko_render::RenderError>,
+    hold_statefulsets: bool,
+    problems: &mut Vec<Error>,
+) -> StorageCheck {
+    let rendered = match rendered {
+        Ok(rendered) => rendered,
+        Err(error) => {
+            problems.push(Error::Render(error.clone()));
+            return StorageCheck::NotCompared;
+        }
+    };
+    let (mut desired, mut keep) = match desired_objects(rendered, hold_statefulsets) {
+        Ok(objects) => objects,
+        Err(error) => {
+            problems.push(error);
+            return StorageCheck::NotCompared;
+        }
+    };
+    let Target {
+        namespace,
+        name,
+        uid,
+        names,
+    } = &pass.target;
+    let ctx = pass.ctx;
+    let storage = guard_volume_claim_templates(
+        &mut desired,
+        &mut keep,
+        ctx.stores
+            .statefulset(namespace, &names.data_statefulset())
+            .as_deref()
+            .filter(|live| is_controlled_by(*live, uid)),
+    );
+    if let StorageCheck::Conflict(StorageConflict::RecreateRequired { difference }) = &storage {
+        problems.push(Error::StorageRecreateRequired {
+            name: names.data_statefulset(),
+            difference: difference.clone(),
+        });
     }
+    let stores = &ctx.stores;
+    let mut report = apply::apply_objects(&ctx.client, namespace, uid, &desired, |kind, object| {
+        stores.meta(kind, namespace, object)
+    })
+    .await;
+    let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
+    let stale = apply::stale_objects(&stores.all_in(namespace), &wanted, &keep, uid);
+    apply::delete_objects(&ctx.client, namespace, &stale, &mut report).await;
+    if !report.deleted.is_empty() {
+        tracing::info!(%namespace, %name, deleted = ?report.deleted, "deleted objects no longer wanted");
+    }
+    problems.extend(report.errors);
+    storage
+}
 
-    // ---- data plane ----
+/// Step 4, probe: the data pods as dialled in this pass (once the data StatefulSet exists).
+struct DataPlane {
+    dial: DialConfig,
+    statefulset_exists: bool,
+    /// Ready data pods below `spec.replicas`.
+    ready_count: usize,
+    fqdns: Vec<String>,
+    probes: Vec<PodProbe>,
+}
+
+async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
+    let spec = &pass.valkey.spec;
+    let Target {
+        namespace,
+        name,
+        uid,
+        names,
+    } = &pass.target;
+    let replicas = spec.replicas_u32();
     let ports = PortPlan::of(spec);
+    let secrets = &observed.secrets;
     let dial = DialConfig {
-        valkey_port: u16::try_from(ports.valkey).unwrap_or(6379),
-        sentinel_port: u16::try_from(ports.sentinel).unwrap_or(26379),
+        valkey_port: ports.valkey_dial_port(),
+        sentinel_port: ports.sentinel_dial_port(),
         password: secrets.password.clone(),
         sentinel_password: if spec.sentinel_auth_disabled() {
             None
@@ -461,177 +589,93 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         },
         tls: if ports.tls { secrets.tls.clone() } else { None },
     };
-    let statefulset_exists = ctx
+    // Read after the apply step: a StatefulSet it just created counts once the store shows it.
+    let statefulset_exists = pass
+        .ctx
         .stores
-        .statefulset(&namespace, &names.data_statefulset())
-        .is_some_and(|sts| is_controlled_by(sts.as_ref(), &uid));
-    let ready_pods = data_pods
+        .statefulset(namespace, &names.data_statefulset())
+        .is_some_and(|sts| is_controlled_by(sts.as_ref(), uid));
+    let ready_count = observed
+        .data_pods
         .iter()
         .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))
         .count();
-    let ready_pods = i32::try_from(ready_pods).unwrap_or(i32::MAX);
     let fqdns: Vec<String> = (0..replicas).map(|o| names.data_pod_fqdn(o)).collect();
     let probes: Vec<PodProbe> = if statefulset_exists {
-        futures::future::join_all((0..replicas).map(|ordinal| {
-            dataplane::probe_data_pod(
-                &name,
-                ordinal,
-                data_pods.get(&ordinal).map(AsRef::as_ref),
-                &fqdns[ordinal as usize],
-                &dial,
-            )
+        futures::future::join_all(fqdns.iter().zip(0..replicas).map(|(fqdn, ordinal)| {
+            let pod = observed.data_pods.get(&ordinal).map(AsRef::as_ref);
+            dataplane::probe_data_pod(name, ordinal, pod, fqdn, &dial)
         }))
         .await
     } else {
         Vec::new()
     };
-
-    let mut master: Option<u32>;
-    let mut sentinel_failover = false;
-    let mut sentinel_unaware = Vec::new();
-    let mut authority_note = None;
-    let mut requeue_soon = false;
-    let mut sentinel_peers = None;
-    if !statefulset_exists {
-        master = None;
-    } else if spec.sentinel_enabled() {
-        let sentinel_statefulset = names.sentinel_statefulset();
-        let answers = futures::future::join_all(sentinel_pods.iter().map(|pod| {
-            let ordinal = ordinal_of(&sentinel_statefulset, &pod.name_any()).unwrap_or(0);
-            let fqdn = names.sentinel_pod_fqdn(ordinal);
-            let dial = dial.clone();
-            let name = name.clone();
-            async move { dataplane::ask_sentinel(&name, pod, &fqdn, &dial).await }
-        }))
-        .await;
-        let reports: Vec<_> = answers
-            .iter()
-            .map(|a| a.as_ref().map(|a| a.report(&name)))
-            .collect();
-        // The electorate is every Sentinel the spec asks for or that exists (ADR 0014).
-        let electorate = Electorate::new(
-            usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
-            sentinel_pods.len(),
-        );
-        let verdict = vko_authority::sentinel_view(electorate, &reports);
-        master = verdict.master;
-        sentinel_failover = master.is_none();
-        let all_ready = ready_pods == i32::try_from(replicas).unwrap_or(i32::MAX)
-            && sentinel_pods.len() == usize::try_from(spec.sentinel_replicas()).unwrap_or(0)
-            && sentinel_pods.iter().all(|pod| dataplane::pod_is_ready(pod));
-        let mut peers: Vec<(String, u32)> = sentinel_pods
-            .iter()
-            .zip(&answers)
-            .filter_map(|(pod, answer)| Some((pod.name_any(), answer.as_ref()?.other_sentinels)))
-            .collect();
-        peers.sort();
-        if all_ready && !peers.is_empty() {
-            sentinel_peers = Some((peers, u32::try_from(spec.sentinel_replicas()).unwrap_or(0)));
-        }
-        sentinel_unaware = vko_authority::replicas_unknown_to_sentinel(&verdict, &probes);
-    } else if replicas > 1 {
-        match vko_authority::decide_master(&name, recorded, &probes) {
-            MasterDecision::Steady(ordinal) => master = Some(ordinal),
-            MasterDecision::Adopt(ordinal) => {
-                tracing::info!(%namespace, %name, ordinal, "adopting the only pod that answers master");
-                master = Some(ordinal);
-                requeue_soon = true;
-            }
-            MasterDecision::Promote {
-                candidate,
-                redirect,
-            } => {
-                let pod_of = |ordinal: u32| data_pods.get(&ordinal).map(AsRef::as_ref);
-                let result = match pod_of(candidate) {
-                    Some(candidate_pod) => {
-                        let redirect: Vec<(u32, &Pod, &str)> = redirect
-                            .iter()
-                            .filter_map(|o| Some((*o, pod_of(*o)?, fqdns[*o as usize].as_str())))
-                            .collect();
-                        dataplane::promote(
-                            &name,
-                            (candidate, candidate_pod, &fqdns[candidate as usize]),
-                            &redirect,
-                            &dial,
-                        )
-                        .await
-                    }
-                    None => Err(Error::PromotionRefused {
-                        pod: names.data_pod(candidate),
-                        why: "the pod is gone".into(),
-                    }),
-                };
-                match result {
-                    Ok(()) => {
-                        master = Some(candidate);
-                        requeue_soon = true;
-                        let note = format!(
-                            "Promoted {} (the most caught-up replica) because the recorded master {} was gone or held",
-                            names.data_pod(candidate),
-                            recorded.map(|o| names.data_pod(o)).unwrap_or_default()
-                        );
-                        tracing::warn!(%namespace, %name, "{note}");
-                        publish(
-                            &ctx,
-                            &valkey,
-                            status::EventSpec {
-                                type_: kube::runtime::events::EventType::Normal,
-                                reason: "MasterPromoted".into(),
-                                note,
-                            },
-                        )
-                        .await;
-                    }
-                    Err(error) => {
-                        authority_note = Some(error.to_string());
-                        master = recorded;
-                        problems.push(error);
-                    }
-                }
-            }
-            MasterDecision::Wait(why) => {
-                authority_note = Some(why);
-                master = recorded;
-            }
-            MasterDecision::SplitBrain(masters) => {
-                authority_note = Some(format!("several masters: {masters:?}"));
-                master = recorded;
-            }
-        }
-    } else {
-        master = probes.iter().find(|p| p.is_master()).map(|p| p.ordinal);
+    DataPlane {
+        dial,
+        statefulset_exists,
+        ready_count,
+        fqdns,
+        probes,
     }
+}
 
-    // ---- roll ----
+/// What the master authority concluded (and did) in this pass.
+#[derive(Default)]
+struct Authority {
+    master: Option<u32>,
+    sentinel_failover: bool,
+    sentinel_unaware: Vec<String>,
+    /// Why the authority did not act, when it did not.
+    note: Option<String>,
+    /// It adopted or promoted a master: the roll waits and the pass requeues in 1 s.
+    acted: bool,
+    sentinel_peers: Option<SentinelPeers>,
+}
+
+/// Step 5, act: the master authority, then (unless it acted) one roll step.
+struct Acted {
+    authority: Authority,
+    roll: Option<roll::RollStep>,
+}
+
+async fn act(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    rendered: &Result<vko_render::Rendered, vko_render::RenderError>,
+    problems: &mut Vec<Error>,
+) -> Acted {
+    let spec = &pass.valkey.spec;
+    let mut authority = if !plane.statefulset_exists {
+        Authority::default()
+    } else if spec.sentinel_enabled() {
+        sentinel_authority(pass, observed, plane).await
+    } else if spec.replicas_u32() > 1 {
+        operator_authority(pass, observed, plane, problems).await
+    } else {
+        Authority {
+            master: plane
+                .probes
+                .iter()
+                .find(|p| p.is_master())
+                .map(|p| p.ordinal),
+            ..Authority::default()
+        }
+    };
     // Skipped in a pass in which the authority just acted (its effect is not observed yet) and
     // while the StatefulSets are held back.
-    let roll_step =
-        if statefulset_exists && rendered.is_ok() && !secrets.auth_missing && !requeue_soon {
-            let inputs = roll::RollInputs {
-                client: &ctx.client,
-                stores: &ctx.stores,
-                valkey: &valkey,
-                namespace: &namespace,
-                names: &names,
-                dial: &dial,
-                data_pods: &data_pods,
-                sentinel_pods: &sentinel_pods,
-                recorded_master: recorded,
-                rendered_data_template: rendered
-                    .as_ref()
-                    .ok()
-                    .and_then(|r| r.statefulsets.first())
-                    .and_then(|sts| sts.spec.as_ref())
-                    .map(|spec| &spec.template),
-                operator_image: &ctx.config.operator_image,
-            };
-            roll::step(&inputs).await
-        } else {
-            None
-        };
-    if let Some(step) = &roll_step {
+    let roll = if plane.statefulset_exists
+        && rendered.is_ok()
+        && !observed.secrets.auth_missing
+        && !authority.acted
+    {
+        roll_step(pass, observed, plane, rendered.as_ref().ok()).await
+    } else {
+        None
+    };
+    if let Some(step) = &roll {
         if let Some(promoted) = step.promoted {
-            master = Some(promoted);
+            authority.master = Some(promoted);
         }
         if let Some(Error::WriteFailed {
             kind,
@@ -646,57 +690,234 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             });
         }
         for note in &step.decision.events {
-            publish(
-                &ctx,
-                &valkey,
-                status::EventSpec {
-                    type_: match note.reason.event_type() {
-                        vko_roll::EventType::Normal => kube::runtime::events::EventType::Normal,
-                        vko_roll::EventType::Warning => kube::runtime::events::EventType::Warning,
-                    },
-                    reason: note.reason.as_str().to_owned(),
-                    note: note.message.clone(),
-                },
-            )
-            .await;
+            let event = status::EventSpec {
+                type_: note.reason.event_type(),
+                reason: note.reason.as_str().to_owned(),
+                note: note.message.clone(),
+            };
+            publish(pass.ctx, pass.valkey, event).await;
         }
     }
+    Acted { authority, roll }
+}
 
-    // ---- status ----
-    // The problem that needs a human first is the one reported.
-    problems.sort_by_key(Error::priority);
-    let blocked = problems.first().map(|error| Blocked {
-        reason: match error {
-            Error::SecretMissing { .. } => SECRET_MISSING.to_owned(),
-            other => other.reason().to_owned(),
+/// With Sentinel: the master is what a majority of every Sentinel names (ADR 0014).
+async fn sentinel_authority(pass: &Pass<'_>, observed: &Observed, plane: &DataPlane) -> Authority {
+    let spec = &pass.valkey.spec;
+    let Target { name, names, .. } = &pass.target;
+    let sentinel_pods = &observed.sentinel_pods;
+    let sentinel_statefulset = names.sentinel_statefulset();
+    let answers = futures::future::join_all(sentinel_pods.iter().map(|pod| {
+        let ordinal = ordinal_of(&sentinel_statefulset, &pod.name_any()).unwrap_or(0);
+        let fqdn = names.sentinel_pod_fqdn(ordinal);
+        let dial = plane.dial.clone();
+        async move { dataplane::ask_sentinel(name, pod, &fqdn, &dial).await }
+    }))
+    .await;
+    let reports: Vec<_> = answers
+        .iter()
+        .map(|a| a.as_ref().map(|a| a.report(name)))
+        .collect();
+    let sentinels = spec.sentinel_replicas_u32();
+    // The electorate is every Sentinel the spec asks for or that exists (ADR 0014).
+    let electorate = Electorate::new(sentinels as usize, sentinel_pods.len());
+    let verdict = vko_authority::sentinel_view(electorate, &reports);
+    let all_ready = plane.ready_count == spec.replicas_u32() as usize
+        && sentinel_pods.len() == sentinels as usize
+        && sentinel_pods.iter().all(|pod| dataplane::pod_is_ready(pod));
+    let mut answered: Vec<PeerCount> = sentinel_pods
+        .iter()
+        .zip(&answers)
+        .filter_map(|(pod, answer)| {
+            Some(PeerCount {
+                pod: pod.name_any(),
+                others: answer.as_ref()?.other_sentinels,
+            })
+        })
+        .collect();
+    answered.sort();
+    Authority {
+        master: verdict.master,
+        sentinel_failover: verdict.master.is_none(),
+        sentinel_unaware: vko_authority::replicas_unknown_to_sentinel(&verdict, &plane.probes),
+        sentinel_peers: (all_ready && !answered.is_empty()).then_some(SentinelPeers {
+            answers: answered,
+            sentinels,
+        }),
+        ..Authority::default()
+    }
+}
+
+/// Without Sentinel, above one replica: the operator keeps, adopts or promotes (ADR 0005).
+async fn operator_authority(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    problems: &mut Vec<Error>,
+) -> Authority {
+    let Target {
+        namespace,
+        name,
+        names,
+        ..
+    } = &pass.target;
+    let recorded = observed.recorded;
+    let waiting = |note: String| Authority {
+        master: recorded,
+        note: Some(note),
+        ..Authority::default()
+    };
+    match vko_authority::decide_master(name, recorded, &plane.probes) {
+        MasterDecision::Steady(ordinal) => Authority {
+            master: Some(ordinal),
+            ..Authority::default()
         },
-        message: error.to_string(),
-    });
-    let snapshot = Snapshot {
+        MasterDecision::Adopt(ordinal) => {
+            tracing::info!(%namespace, %name, ordinal, "adopting the only pod that answers master");
+            Authority {
+                master: Some(ordinal),
+                acted: true,
+                ..Authority::default()
+            }
+        }
+        MasterDecision::Promote {
+            candidate,
+            redirect,
+        } => match promote(pass, observed, plane, candidate, &redirect).await {
+            Ok(()) => {
+                let note = format!(
+                    "Promoted {} (the most caught-up replica) because the recorded master {} was gone or held",
+                    names.data_pod(candidate),
+                    recorded.map(|o| names.data_pod(o)).unwrap_or_default()
+                );
+                tracing::warn!(%namespace, %name, "{note}");
+                let event = status::EventSpec {
+                    type_: status::EventType::Normal,
+                    reason: "MasterPromoted".into(),
+                    note,
+                };
+                publish(pass.ctx, pass.valkey, event).await;
+                Authority {
+                    master: Some(candidate),
+                    acted: true,
+                    ..Authority::default()
+                }
+            }
+            Err(error) => {
+                let authority = waiting(error.to_string());
+                problems.push(error);
+                authority
+            }
+        },
+        MasterDecision::Wait(why) => waiting(why),
+        MasterDecision::SplitBrain(masters) => waiting(format!("several masters: {masters:?}")),
+    }
+}
+
+/// Promotes `candidate` and points `redirect` at it.
+async fn promote(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    candidate: u32,
+    redirect: &[u32],
+) -> Result<(), Error> {
+    let pod_of = |ordinal: u32| observed.data_pods.get(&ordinal).map(AsRef::as_ref);
+    let fqdn_of = |ordinal: u32| plane.fqdns[ordinal as usize].as_str();
+    let Some(candidate_pod) = pod_of(candidate) else {
+        return Err(Error::PromotionRefused {
+            pod: pass.target.names.data_pod(candidate),
+            why: "the pod is gone".into(),
+        });
+    };
+    let redirect: Vec<(u32, &Pod, &str)> = redirect
+        .iter()
+        .filter_map(|o| Some((*o, pod_of(*o)?, fqdn_of(*o))))
+        .collect();
+    dataplane::promote(
+        &pass.target.name,
+        (candidate, candidate_pod, fqdn_of(candidate)),
+        &redirect,
+        &plane.dial,
+    )
+    .await
+}
+
+/// One roll step (`vko_roll::next` and its one action).
+async fn roll_step(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    rendered: Option<&vko_render::Rendered>,
+) -> Option<roll::RollStep> {
+    let ctx = pass.ctx;
+    let inputs = roll::RollInputs {
+        client: &ctx.client,
+        stores: &ctx.stores,
+        valkey: pass.valkey,
+        namespace: &pass.target.namespace,
+        names: &pass.target.names,
+        dial: &plane.dial,
+        data_pods: &observed.data_pods,
+        sentinel_pods: &observed.sentinel_pods,
+        recorded_master: observed.recorded,
+        rendered_data_template: rendered
+            .and_then(|r| r.statefulsets.first())
+            .and_then(|sts| sts.spec.as_ref())
+            .map(|spec| &spec.template),
+        operator_image: &ctx.config.operator_image,
+    };
+    roll::step(&inputs).await
+}
+
+/// Step 6, status: the observed world the pure status derivation reads.
+fn snapshot(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: DataPlane,
+    acted: &Acted,
+    storage: StorageCheck,
+    problems: &[Error],
+) -> Snapshot {
+    let spec = &pass.valkey.spec;
+    let Target {
+        namespace,
+        name,
+        uid,
+        names,
+    } = &pass.target;
+    let replicas = spec.replicas_u32();
+    let authority = &acted.authority;
+    Snapshot {
         name: name.clone(),
-        generation: valkey.metadata.generation,
+        generation: pass.valkey.metadata.generation,
         spec_replicas: spec.replicas(),
         sentinel: spec.sentinel_enabled(),
-        statefulset_exists,
-        ready_pods,
-        probes,
-        master,
-        sentinel_failover,
-        sentinel_unaware,
-        authority_note,
-        blocked,
-        roll: roll_step.as_ref().map(|step| step.decision.clone()),
+        statefulset_exists: plane.statefulset_exists,
+        ready_pods: i32::try_from(plane.ready_count).unwrap_or(i32::MAX),
+        probes: plane.probes,
+        master: authority.master,
+        sentinel_failover: authority.sentinel_failover,
+        sentinel_unaware: authority.sentinel_unaware.clone(),
+        authority_note: authority.note.clone(),
+        blocked: problems.first().map(|error| Blocked {
+            reason: error.reason(),
+            message: error.to_string(),
+        }),
+        roll: acted.roll.as_ref().map(|step| step.decision.clone()),
         observer_ready: status::observer_ready(
             spec.observer_enabled(),
-            ctx.stores
+            pass.ctx
+                .stores
                 .deployments
-                .get(&ObjectRef::new(&names.observer()).within(&namespace))
+                .get(&ObjectRef::new(&names.observer()).within(namespace))
                 .as_deref(),
-            &uid,
+            uid,
         ),
-        storage: storage_check,
-        sentinel_peers,
-        labeled_masters: data_pods
+        storage,
+        sentinel_peers: authority.sentinel_peers.clone(),
+        labeled_masters: observed
+            .data_pods
             .iter()
             .filter(|(ordinal, _)| **ordinal < replicas)
             .filter(|(_, pod)| {
@@ -705,38 +926,59 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             })
             .map(|(_, pod)| pod.name_any())
             .collect(),
-        tls_material: spec.tls_enabled().then(|| {
-            let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
-                pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
-                    .collect::<Vec<_>>()
-            };
-            let mut tiers = vec![status::TierMaterial {
-                tier: "data",
-                current: secrets.tls_hash.clone(),
-                pods: fingerprints(&mut data_pods.values()),
-            }];
-            if spec.sentinel_enabled() {
-                let mut pods = fingerprints(&mut sentinel_pods.iter());
-                // The store's order is arbitrary; the message must not change between passes.
-                pods.sort();
-                tiers.push(status::TierMaterial {
-                    tier: "Sentinel",
-                    current: secrets.sentinel_current_tls_hash.clone(),
-                    pods,
-                });
-            }
-            tiers
-        }),
+        tls_material: spec
+            .tls_enabled()
+            .then(|| tier_fingerprints(spec, observed)),
+    }
+}
+
+/// The TLS fingerprints of both tiers: the Secrets' now and each pod's.
+fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<status::TierMaterial> {
+    let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
+        pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
+            .collect::<Vec<_>>()
     };
-    let current = valkey.status.as_ref();
-    let next = status::desired_status(current, &snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
+    let mut tiers = vec![status::TierMaterial {
+        tier: "data",
+        current: observed.secrets.tls_hash.clone(),
+        pods: fingerprints(&mut observed.data_pods.values()),
+    }];
+    if spec.sentinel_enabled() {
+        let mut pods = fingerprints(&mut observed.sentinel_pods.iter());
+        // The store's order is arbitrary; the message must not change between passes.
+        pods.sort();
+        tiers.push(status::TierMaterial {
+            tier: "Sentinel",
+            current: observed.secrets.sentinel_current_tls_hash.clone(),
+            pods,
+        });
+    }
+    tiers
+}
+
+/// Writes the derived status when it changed, then one Event per transition.
+async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result<(), Error> {
+    let current = pass.valkey.status.as_ref();
+    let next = status::desired_status(current, snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
     if current != Some(&next) {
-        write_status(&ctx.client, &namespace, &name, &next).await?;
+        let Target {
+            namespace, name, ..
+        } = &pass.target;
+        write_status(&pass.ctx.client, namespace, name, &next).await?;
         for event in status::transition_events(current, &next) {
-            publish(&ctx, &valkey, event).await;
+            publish(pass.ctx, pass.valkey, event).await;
         }
     }
+    Ok(())
+}
 
+/// Step 7, requeue: the most urgent problem as the pass's error, else when to look again.
+fn outcome(
+    pass: &Pass<'_>,
+    mut problems: Vec<Error>,
+    snapshot: &Snapshot,
+    acted: &Acted,
+) -> Result<Action, Error> {
     if !problems.is_empty() {
         let count = problems.len();
         let first = problems.remove(0);
@@ -749,15 +991,16 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
             }
         });
     }
-    ctx.failures
+    pass.ctx
+        .failures
         .lock()
-        .map(|mut failures| failures.remove(&ObjectRef::from_obj(valkey.as_ref())))
+        .map(|mut failures| failures.remove(&ObjectRef::from_obj(pass.valkey)))
         .ok();
-    let verdict = status::data_plane_verdict(&snapshot);
-    let roll_requeue = roll_step.as_ref().and_then(|step| step.requeue);
+    let verdict = status::data_plane_verdict(snapshot);
+    let roll_requeue = acted.roll.as_ref().and_then(|step| step.requeue);
     Ok(if let Some(delay) = roll_requeue {
         Action::requeue(delay)
-    } else if requeue_soon {
+    } else if acted.authority.acted {
         Action::requeue(Duration::from_secs(1))
     } else if verdict.ready {
         Action::requeue(Duration::from_secs(60))
@@ -794,7 +1037,10 @@ async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
         .events
         .publish(
             &reference,
-            event.type_,
+            match event.type_ {
+                status::EventType::Normal => kube::runtime::events::EventType::Normal,
+                status::EventType::Warning => kube::runtime::events::EventType::Warning,
+            },
             &event.reason,
             &event.note,
             "Reconcile",
@@ -809,7 +1055,7 @@ async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {
 pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .reconcile_errors
-        .get_or_create(&vec![("reason", error.reason().to_owned())])
+        .get_or_create(&vec![("reason", error.reason().as_str().to_owned())])
         .inc();
     let failures = ctx
         .failures
@@ -826,7 +1072,7 @@ pub fn error_policy(valkey: Arc<Valkey>, error: &Error, ctx: Arc<Context>) -> Ac
     tracing::warn!(
         namespace = valkey.namespace().unwrap_or_default(),
         name = valkey.name_any(),
-        reason = error.reason(),
+        reason = error.reason().as_str(),
         %error,
         retry_in = ?delay,
         "reconcile failed"
@@ -981,9 +1227,18 @@ mod tests {
 
     #[test]
     fn a_foreign_object_block_is_rechecked_within_fifteen_seconds() {
-        assert_eq!(requeue_delay("ForeignObject", 30), Duration::from_secs(15));
-        assert_eq!(requeue_delay("ForeignObject", 1), Duration::from_secs(5));
-        assert_eq!(requeue_delay("WriteFailed", 30), Duration::from_secs(300));
+        assert_eq!(
+            requeue_delay(ConditionReason::ForeignObject, 30),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            requeue_delay(ConditionReason::ForeignObject, 1),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            requeue_delay(ConditionReason::WriteFailed, 30),
+            Duration::from_secs(300)
+        );
     }
 
     #[test]
@@ -1067,7 +1322,7 @@ mod tests {
             let [error] = view.problems.as_slice() else {
                 panic!("{value:?}: one problem, got {:?}", view.problems);
             };
-            assert_eq!(error.reason(), "PasswordUnusable");
+            assert_eq!(error.reason(), ConditionReason::PasswordUnusable);
             let message = error.to_string();
             for part in ["auth Secret pw", "\"password\"", problem] {
                 assert!(message.contains(part), "{message:?} names {part:?}");
@@ -1125,6 +1380,9 @@ mod tests {
     /// The ForeignObject path against a mock API server (tower-test, the kube-rs controller-rs
     /// pattern): every request is recorded and answered; the scenario fails if the foreign
     /// ConfigMap is patched or deleted.
+    /// A mock API server that plays a [`Scenario`]: every request must be the next expected one
+    /// (method and path, in order); a request out of order, one more than expected, or one
+    /// expected and never made fails the test (kube-rs/controller-rs's fixtures pattern).
     mod mock_api {
         use super::*;
         use http::{Request, Response};
@@ -1132,10 +1390,132 @@ mod tests {
         use kube::client::Body;
         use kube::runtime::reflector::store::Writer;
 
+        /// One request the server answered (its method and path are the script's).
         struct Recorded {
-            method: String,
             path: String,
             body: serde_json::Value,
+        }
+
+        /// One pass's expected API calls, in order.
+        enum Scenario {
+            /// A ConfigMap under the generated name belongs to someone else: every other object
+            /// is applied, the foreign one never written; status and a Warning Event report it.
+            ForeignConfigMap,
+            /// The auth Secret does not exist: everything but the StatefulSet is applied (held
+            /// back), then the status patch and the Warning Event, and nothing else (no pod is
+            /// dialled, the roll does not run).
+            MissingAuthSecret,
+        }
+
+        const SIDECAR_RBAC: [&str; 3] = [
+            "PATCH /api/v1/namespaces/ns/serviceaccounts/a-sidecar",
+            "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-sidecar",
+            "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-sidecar",
+        ];
+        const SERVICES: [&str; 2] = [
+            "PATCH /api/v1/namespaces/ns/services/a-headless",
+            "PATCH /api/v1/namespaces/ns/services/a-rw",
+        ];
+        const STATUS: &str = "PATCH /apis/vko.gtrfc.com/v1/namespaces/ns/valkeys/a/status";
+        const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+        impl Scenario {
+            fn expected(&self) -> Vec<&'static str> {
+                let mut calls: Vec<&'static str> = SIDECAR_RBAC.into();
+                match self {
+                    // The foreign ConfigMap is skipped, the StatefulSet applied.
+                    Scenario::ForeignConfigMap => {
+                        calls.extend(SERVICES);
+                        calls.push("PATCH /apis/apps/v1/namespaces/ns/statefulsets/a");
+                    }
+                    // The ConfigMap applied, the StatefulSet held back.
+                    Scenario::MissingAuthSecret => {
+                        calls.push("PATCH /api/v1/namespaces/ns/configmaps/a-config");
+                        calls.extend(SERVICES);
+                    }
+                }
+                calls.extend([STATUS, EVENT]);
+                calls
+            }
+
+            /// Serves the expected calls in order (the status patch echoes the status, every other
+            /// write echoes its body with a UID); returns what was received once the client is
+            /// gone. A deviation is answered with 500 and reported by [`Played::assert_exact`].
+            fn play(
+                self,
+                mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+            ) -> tokio::task::JoinHandle<Played> {
+                let expected = self.expected();
+                tokio::spawn(async move {
+                    let mut played = Played {
+                        recorded: Vec::new(),
+                        deviations: Vec::new(),
+                        missing: Vec::new(),
+                    };
+                    let mut next = expected.into_iter();
+                    while let Some((request, respond)) = handle.next_request().await {
+                        let method = request.method().to_string();
+                        let path = request.uri().path().to_owned();
+                        let call = format!("{method} {path}");
+                        let bytes = request.into_body().collect_bytes().await.unwrap();
+                        let body: serde_json::Value =
+                            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                        let wanted = next.next();
+                        let reply = if wanted != Some(call.as_str()) {
+                            played.deviations.push(match wanted {
+                                Some(wanted) => format!("expected {wanted}, got {call}"),
+                                None => format!("extra request {call}"),
+                            });
+                            Response::builder().status(500).body(Body::from(Vec::new()))
+                        } else {
+                            let reply = if path.ends_with("/valkeys/a/status") {
+                                let mut valkey = serde_json::to_value(test_valkey()).unwrap();
+                                valkey["status"] = body["status"].clone();
+                                valkey
+                            } else {
+                                let mut echoed = body.clone();
+                                echoed["metadata"]["uid"] = "new-uid".into();
+                                echoed
+                            };
+                            Response::builder()
+                                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                        };
+                        played.recorded.push(Recorded { path, body });
+                        respond.send_response(reply.unwrap());
+                    }
+                    played.missing = next.collect();
+                    played
+                })
+            }
+        }
+
+        /// What the mock API server saw in one scenario.
+        struct Played {
+            recorded: Vec<Recorded>,
+            deviations: Vec<String>,
+            missing: Vec<&'static str>,
+        }
+
+        impl Played {
+            fn assert_exact(&self) {
+                assert!(
+                    self.deviations.is_empty(),
+                    "unexpected requests: {:#?}",
+                    self.deviations
+                );
+                assert!(
+                    self.missing.is_empty(),
+                    "requests never made: {:#?}",
+                    self.missing
+                );
+            }
+
+            fn one(&self, suffix: &str) -> &Recorded {
+                self.recorded
+                    .iter()
+                    .find(|r| r.path.ends_with(suffix))
+                    .unwrap_or_else(|| panic!("no request to *{suffix}"))
+            }
         }
 
         fn empty_stores() -> (Stores, Writer<ConfigMap>) {
@@ -1152,45 +1532,8 @@ mod tests {
             .unwrap()
         }
 
-        #[tokio::test]
-        async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
-            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-            let client = kube::Client::new(service, "default");
-            let recorded = Arc::new(Mutex::new(Vec::<Recorded>::new()));
-            let log = recorded.clone();
-            let server = tokio::spawn(async move {
-                while let Some((request, respond)) = handle.next_request().await {
-                    let method = request.method().to_string();
-                    let path = request.uri().path().to_owned();
-                    let bytes = request.into_body().collect_bytes().await.unwrap();
-                    let body: serde_json::Value =
-                        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                    let reply = if path.ends_with("/valkeys/a/status") {
-                        let mut valkey = serde_json::to_value(test_valkey()).unwrap();
-                        valkey["status"] = body["status"].clone();
-                        valkey
-                    } else {
-                        let mut echoed = body.clone();
-                        echoed["metadata"]["uid"] = "new-uid".into();
-                        echoed
-                    };
-                    log.lock().unwrap().push(Recorded { method, path, body });
-                    respond.send_response(
-                        Response::builder()
-                            .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                            .unwrap(),
-                    );
-                }
-            });
-
-            let (stores, mut cm_writer) = empty_stores();
-            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
-                "data": {"note": "hand-made"}
-            }))
-            .unwrap();
-            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
-            let ctx = Arc::new(Context::new(
+        fn context(client: kube::Client, stores: Stores) -> Arc<Context> {
+            Arc::new(Context::new(
                 client.clone(),
                 stores,
                 EventPublisher::new(client, "vko-operator", None),
@@ -1201,52 +1544,53 @@ mod tests {
                     prometheus_operator_present: false,
                 },
                 Arc::new(Metrics::new(None, "test")),
-            ));
+            ))
+        }
 
-            let result = reconcile(Arc::new(test_valkey()), ctx).await;
-            let error = result.expect_err("a foreign object fails the pass");
-            assert_eq!(error.reason(), "ForeignObject");
-            assert!(error.to_string().contains("ConfigMap a-config"), "{error}");
-            server.await.unwrap();
+        /// Runs one pass of `valkey` against `scenario`; the server's record once the pass ended.
+        async fn pass(
+            scenario: Scenario,
+            valkey: Valkey,
+            stores: Stores,
+        ) -> (Result<Action, Error>, Played) {
+            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = scenario.play(handle);
+            let client = kube::Client::new(service, "default");
+            let result = reconcile(Arc::new(valkey), context(client, stores)).await;
+            (result, server.await.unwrap())
+        }
 
-            let recorded = recorded.lock().unwrap();
-            let calls: Vec<String> = recorded
-                .iter()
-                .map(|r| format!("{} {}", r.method, r.path))
-                .collect();
-            assert!(
-                !calls.iter().any(|c| c.ends_with("/configmaps/a-config")),
-                "the foreign ConfigMap was written: {calls:#?}"
-            );
-            // The rest of the pipeline went on: our other objects were applied.
-            for wanted in [
-                "PATCH /api/v1/namespaces/ns/serviceaccounts/a-sidecar",
-                "PATCH /api/v1/namespaces/ns/services/a-rw",
-                "PATCH /api/v1/namespaces/ns/services/a-headless",
-                "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a",
-            ] {
-                assert!(
-                    calls.iter().any(|c| c == wanted),
-                    "{wanted} missing: {calls:#?}"
-                );
-            }
-            let status = recorded
-                .iter()
-                .find(|r| r.path.ends_with("/valkeys/a/status"))
-                .expect("status written");
-            assert_eq!(status.method, "PATCH");
-            let conditions = status.body["status"]["conditions"].as_array().unwrap();
-            let blocked = conditions
+        fn blocked_condition(status: &Recorded) -> &serde_json::Value {
+            status.body["status"]["conditions"]
+                .as_array()
+                .unwrap()
                 .iter()
                 .find(|c| c["type"] == "ReconcileBlocked")
-                .unwrap();
+                .unwrap()
+        }
+
+        #[tokio::test]
+        async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
+            let (stores, mut cm_writer) = empty_stores();
+            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
+                "data": {"note": "hand-made"}
+            }))
+            .unwrap();
+            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
+
+            let (result, played) = pass(Scenario::ForeignConfigMap, test_valkey(), stores).await;
+            played.assert_exact();
+            let error = result.expect_err("a foreign object fails the pass");
+            assert_eq!(error.reason(), ConditionReason::ForeignObject);
+            assert!(error.to_string().contains("ConfigMap a-config"), "{error}");
+
+            let status = played.one("/valkeys/a/status");
+            let blocked = blocked_condition(status);
             assert_eq!(blocked["status"], "True");
             assert_eq!(blocked["reason"], "ForeignObject");
             assert_eq!(status.body["status"]["phase"], "Error");
-            let event = recorded
-                .iter()
-                .find(|r| r.path.ends_with("/events"))
-                .expect("a Warning Event");
+            let event = played.one("/events");
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "ForeignObject");
             assert!(
@@ -1256,6 +1600,83 @@ mod tests {
                     .contains("delete or rename it"),
                 "{}",
                 event.body
+            );
+        }
+
+        #[tokio::test]
+        async fn a_missing_auth_secret_holds_the_statefulset_back_and_reports_it_once() {
+            let (stores, _writers) = Stores::empty();
+            let mut valkey = test_valkey();
+            valkey.spec.auth = Some(vko_api::AuthSpec {
+                secret_name: Some("pw".into()),
+                ..vko_api::AuthSpec::default()
+            });
+
+            let (result, played) = pass(Scenario::MissingAuthSecret, valkey, stores).await;
+            played.assert_exact();
+            let error = result.expect_err("a missing Secret fails the pass");
+            assert_eq!(error.reason(), ConditionReason::SecretMissing);
+            assert!(error.to_string().contains("auth Secret pw"), "{error}");
+            let blocked = blocked_condition(played.one("/valkeys/a/status"));
+            assert_eq!(blocked["status"], "True");
+            assert_eq!(blocked["reason"], "SecretMissing");
+            let event = played.one("/events");
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "SecretMissing");
+        }
+
+        /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.
+        async fn send(client: &kube::Client, call: &str) {
+            let (method, path) = call.split_once(' ').unwrap();
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(b"{}".to_vec())
+                .unwrap();
+            let _ = client.request::<serde_json::Value>(request).await;
+        }
+
+        /// Plays `scenario` against exactly `calls`.
+        async fn play_calls(scenario: Scenario, calls: &[&str]) -> Played {
+            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = scenario.play(handle);
+            let client = kube::Client::new(service, "default");
+            for call in calls {
+                send(&client, call).await;
+            }
+            drop(client);
+            server.await.unwrap()
+        }
+
+        /// The runner itself: a request missing at the end, one too many, or two swapped fail.
+        #[tokio::test]
+        async fn the_scenario_runner_fails_on_a_missing_an_extra_or_a_reordered_request() {
+            let script = Scenario::MissingAuthSecret.expected();
+            let exact = play_calls(Scenario::MissingAuthSecret, &script).await;
+            assert!(exact.deviations.is_empty() && exact.missing.is_empty());
+
+            let short = play_calls(Scenario::MissingAuthSecret, &script[..script.len() - 1]).await;
+            assert!(short.deviations.is_empty(), "{:#?}", short.deviations);
+            assert_eq!(short.missing, [EVENT]);
+
+            let mut long = script.clone();
+            long.push("GET /api/v1/namespaces/ns/pods");
+            let long = play_calls(Scenario::MissingAuthSecret, &long).await;
+            assert_eq!(
+                long.deviations,
+                ["extra request GET /api/v1/namespaces/ns/pods"]
+            );
+
+            let mut swapped = script.clone();
+            let last = swapped.len() - 1;
+            swapped.swap(last - 1, last);
+            let swapped = play_calls(Scenario::MissingAuthSecret, &swapped).await;
+            assert_eq!(
+                swapped.deviations,
+                [
+                    format!("expected {STATUS}, got {EVENT}"),
+                    format!("expected {EVENT}, got {STATUS}")
+                ]
             );
         }
     }

@@ -50,7 +50,8 @@ impl DialConfig {
     }
 }
 
-fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
+/// The pod's IP while it runs and is not terminating; else why it cannot be dialled.
+pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
     if pod.metadata.deletion_timestamp.is_some() {
         return Err("terminating".into());
     }
@@ -277,6 +278,40 @@ pub async fn promote(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_running_pod_that_is_not_terminating_is_dialled() {
+        let pod = |phase: &str, ip: Option<&str>, deleting: bool| -> Pod {
+            let mut pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a-0"},
+                "status": {"phase": phase, "podIP": ip}
+            }))
+            .unwrap();
+            if deleting {
+                pod.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ));
+            }
+            pod
+        };
+        assert_eq!(
+            pod_ip_if_running(&pod("Running", Some("10.0.0.1"), false)),
+            Ok("10.0.0.1".into())
+        );
+        assert_eq!(
+            pod_ip_if_running(&pod("Running", Some("10.0.0.1"), true)),
+            Err("terminating".into())
+        );
+        assert_eq!(
+            pod_ip_if_running(&pod("Pending", None, false)),
+            Err("phase Pending".into())
+        );
+        assert_eq!(
+            pod_ip_if_running(&pod("Running", None, false)),
+            Err("no pod IP yet".into())
+        );
+    }
 
     #[test]
     fn a_sentinel_answer_is_counted_in_ordinals() {

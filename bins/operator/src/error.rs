@@ -1,6 +1,8 @@
 //! The one error type of the operator. `reason()` is stable: it becomes the condition reason, the
 //! Event reason and the `reason` label of `vko_reconcile_errors_total`.
 
+use vko_api::ConditionReason;
+
 /// Why a reconcile pass (or one of its steps) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -97,22 +99,23 @@ pub enum Error {
 
 impl Error {
     /// Stable CamelCase reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> ConditionReason {
         match self {
-            Error::MissingObjectField(_) => "InvalidObject",
+            Error::MissingObjectField(_) | Error::InvalidObject(_) => {
+                ConditionReason::InvalidObject
+            }
             Error::Render(error) => error.reason(),
-            Error::ForeignObject { .. } => "ForeignObject",
-            Error::AdmissionWebhookDenied { .. } => "AdmissionWebhookDenied",
-            Error::WriteFailed { .. } => "WriteFailed",
-            Error::SecretMissing { .. } => "SecretMissing",
-            Error::PasswordUnusable { .. } => vko_api::ConditionReason::PasswordUnusable.as_str(),
-            Error::TlsCertificateUnusable { .. } => "TLSCertificateUnusable",
-            Error::StorageRecreateRequired { .. } => "RecreateRequired",
-            Error::StatusWrite(_) => "StatusWriteFailed",
-            Error::EventPublish(_) => "EventPublishFailed",
-            Error::DataPlane { .. } => "DataPlaneCommandFailed",
-            Error::PromotionRefused { .. } => "PromotionFailed",
-            Error::InvalidObject(_) => "InvalidObject",
+            Error::ForeignObject { .. } => ConditionReason::ForeignObject,
+            Error::AdmissionWebhookDenied { .. } => ConditionReason::AdmissionWebhookDenied,
+            Error::WriteFailed { .. } => ConditionReason::WriteFailed,
+            Error::SecretMissing { .. } => ConditionReason::SecretMissing,
+            Error::PasswordUnusable { .. } => ConditionReason::PasswordUnusable,
+            Error::TlsCertificateUnusable { .. } => ConditionReason::TLSCertificateUnusable,
+            Error::StorageRecreateRequired { .. } => ConditionReason::RecreateRequired,
+            Error::StatusWrite(_) => ConditionReason::StatusWriteFailed,
+            Error::EventPublish(_) => ConditionReason::EventPublishFailed,
+            Error::DataPlane { .. } => ConditionReason::DataPlaneCommandFailed,
+            Error::PromotionRefused { .. } => ConditionReason::PromotionFailed,
             Error::StepsFailed { first, .. } => first.reason(),
         }
     }
@@ -121,13 +124,13 @@ impl Error {
     /// `ForeignObject` before a missing Secret before admission denials before other failures.
     pub fn priority(&self) -> u8 {
         match self.reason() {
-            "ForeignObject" => 0,
-            "RecreateRequired"
-            | "SecretMissing"
-            | "PasswordUnusable"
-            | "TLSCertificateUnusable" => 1,
-            "AdmissionWebhookDenied" => 2,
-            "WriteFailed" => 3,
+            ConditionReason::ForeignObject => 0,
+            ConditionReason::RecreateRequired
+            | ConditionReason::SecretMissing
+            | ConditionReason::PasswordUnusable
+            | ConditionReason::TLSCertificateUnusable => 1,
+            ConditionReason::AdmissionWebhookDenied => 2,
+            ConditionReason::WriteFailed => 3,
             _ => 4,
         }
     }
@@ -182,7 +185,7 @@ mod tests {
         );
         assert_eq!(
             Error::from_write("ConfigMap", "a-config", &denied).reason(),
-            "AdmissionWebhookDenied"
+            ConditionReason::AdmissionWebhookDenied
         );
         let policy = api_error(
             403,
@@ -190,11 +193,11 @@ mod tests {
         );
         assert_eq!(
             Error::from_write("ConfigMap", "a", &policy).reason(),
-            "AdmissionWebhookDenied"
+            ConditionReason::AdmissionWebhookDenied
         );
         let rbac = api_error(403, "configmaps is forbidden: User cannot patch");
         let error = Error::from_write("ConfigMap", "a", &rbac);
-        assert_eq!(error.reason(), "WriteFailed");
+        assert_eq!(error.reason(), ConditionReason::WriteFailed);
         assert!(error.to_string().contains("User cannot patch"), "{error}");
     }
 
@@ -218,7 +221,61 @@ mod tests {
         ];
         problems.sort_by_key(Error::priority);
         let reasons: Vec<_> = problems.iter().map(Error::reason).collect();
-        assert_eq!(reasons, ["ForeignObject", "SecretMissing", "WriteFailed"]);
+        assert_eq!(
+            reasons,
+            [
+                ConditionReason::ForeignObject,
+                ConditionReason::SecretMissing,
+                ConditionReason::WriteFailed
+            ]
+        );
+    }
+
+    #[test]
+    fn reasons_keep_their_strings() {
+        let cases = [
+            (Error::MissingObjectField("metadata.uid"), "InvalidObject"),
+            (Error::InvalidObject("x".into()), "InvalidObject"),
+            (
+                Error::SecretMissing {
+                    what: "TLS",
+                    name: "t".into(),
+                    problem: "p".into(),
+                },
+                "SecretMissing",
+            ),
+            (
+                Error::TlsCertificateUnusable {
+                    name: "t".into(),
+                    problems: "expired".into(),
+                },
+                "TLSCertificateUnusable",
+            ),
+            (
+                Error::StorageRecreateRequired {
+                    name: "a".into(),
+                    difference: "d".into(),
+                },
+                "RecreateRequired",
+            ),
+            (
+                Error::PromotionRefused {
+                    pod: "a-1".into(),
+                    why: "gone".into(),
+                },
+                "PromotionFailed",
+            ),
+            (
+                Error::Render(vko_render::RenderError::InvalidInput {
+                    field: "owner",
+                    why: "w".into(),
+                }),
+                "InvalidRenderInput",
+            ),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(error.reason().as_str(), reason, "{error}");
+        }
     }
 
     #[test]
@@ -230,6 +287,6 @@ mod tests {
                 name: "x".into(),
             }),
         };
-        assert_eq!(error.reason(), "ForeignObject");
+        assert_eq!(error.reason(), ConditionReason::ForeignObject);
     }
 }

@@ -1,19 +1,5 @@
-//! vko operator: a kube-runtime Controller over `Valkey` resources.
-
-mod apply;
-mod cache_sync;
-mod controller;
-mod dataplane;
-mod error;
-mod events;
-mod kube_clients;
-mod leader;
-mod metrics;
-mod migrate;
-mod roll;
-mod status;
-mod storage;
-mod stores;
+//! vko operator: a kube-runtime Controller over `Valkey` resources. The command line, logging,
+//! the HTTP endpoints and the leader election; the pass itself is the library's ([`vko_operator`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +14,9 @@ use axum::routing::get;
 use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
-use crate::metrics::Metrics;
+use vko_operator::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
+use vko_operator::metrics::Metrics;
+use vko_operator::{cache_sync, controller, kube_clients, leader, migrate};
 
 /// How long the controller may take to stop after shutdown. kube-runtime's Controller holds its
 /// reconcile runner until the `Valkey` store has listed, so a controller whose list never

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
-use vko_api::{ConditionType, RollingUpdateStatus, Valkey};
+use vko_api::{ConditionType, Valkey};
 use vko_authority::{Electorate, SentinelReport, ordinal_of};
 use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
 use vko_roll::{
@@ -91,16 +91,6 @@ pub fn recorded_state(valkey: &Valkey) -> RollState {
         .unwrap_or_default()
 }
 
-/// The state as `status.rollingUpdate` (`None` when not rolling).
-pub fn status_of(state: &RollState) -> Option<RollingUpdateStatus> {
-    if *state == RollState::default() {
-        return None;
-    }
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|value| serde_json::from_value(value).ok())
-}
-
 fn template_hash_of_statefulset(statefulset: Option<&StatefulSet>) -> Option<String> {
     statefulset?
         .spec
@@ -135,17 +125,6 @@ fn terminating(pod: &Pod) -> Option<Terminating> {
         since: Millis(deadline.0.saturating_sub(grace_ms)),
         grace_deadline: deadline,
     })
-}
-
-fn pod_ip_if_running(pod: &Pod) -> Option<String> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let status = pod.status.as_ref()?;
-    if status.phase.as_deref() != Some("Running") {
-        return None;
-    }
-    status.pod_ip.clone()
 }
 
 /// A single data pod whose template differs from the target only in the operator (sidecar)
@@ -237,7 +216,7 @@ pub struct PodDial<'a> {
 impl<'a> PodDial<'a> {
     pub fn new(dial: &'a DialConfig, pods: impl Iterator<Item = &'a Arc<Pod>>) -> PodDial<'a> {
         let ips = pods
-            .filter_map(|pod| Some((pod.name_any(), pod_ip_if_running(pod)?)))
+            .filter_map(|pod| Some((pod.name_any(), dataplane::pod_ip_if_running(pod).ok()?)))
             .collect();
         PodDial { dial, ips }
     }
@@ -432,7 +411,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
             .collect();
         let answers = futures::future::join_all(pods.iter().map(|(ordinal, pod)| {
             let at = Address::new(names.sentinel_pod_fqdn(*ordinal), sentinel_port);
-            let running = pod_ip_if_running(pod).is_some();
+            let running = dataplane::pod_ip_if_running(pod).is_ok();
             async move {
                 if running {
                     ask_sentinel(name, dial, &at).await
@@ -444,8 +423,8 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
         .await;
         Some(SentinelTier {
             statefulset: sentinel_sts,
-            replicas: u32::try_from(spec.sentinel_replicas()).unwrap_or(0),
-            quorum: u32::try_from(spec.sentinel_quorum()).unwrap_or(0),
+            replicas: spec.sentinel_replicas_u32(),
+            quorum: spec.sentinel_quorum_u32(),
             target_hash,
             pods: pods
                 .iter()
@@ -459,10 +438,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
                 })
                 .collect(),
             view: sentinel_view(
-                Electorate::new(
-                    usize::try_from(spec.sentinel_replicas()).unwrap_or(0),
-                    pods.len(),
-                ),
+                Electorate::new(spec.sentinel_replicas_u32() as usize, pods.len()),
                 &answers,
             ),
         })
@@ -473,7 +449,7 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
     Some(World {
         data: DataTier {
             statefulset: data_sts,
-            replicas: u32::try_from(spec.replicas()).unwrap_or(0),
+            replicas: spec.replicas_u32(),
             target_hash,
             sidecar_only_change,
             recorded_master: if spec.sentinel_enabled() {
@@ -618,7 +594,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                     configured: world
                         .sentinel
                         .as_ref()
-                        .map_or(0, |tier| usize::try_from(tier.replicas).unwrap_or(0)),
+                        .map_or(0, |tier| tier.replicas as usize),
                 },
                 SwitchoverKind::Promote => Promoter::Direct {
                     target: Some(Address::new(inputs.names.data_pod_fqdn(*to), port)),
@@ -740,7 +716,7 @@ mod tests {
             multiple_masters_since: Some(Millis(1_700_000_000_003)),
             split_brain_reported: true,
         };
-        let status = status_of(&state).unwrap();
+        let status = vko_status::rolling_update_status(&state).unwrap();
         assert_eq!(status.tier.as_deref(), Some("sentinel"));
         let valkey: Valkey = serde_json::from_value(serde_json::json!({
             "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
@@ -750,7 +726,10 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(recorded_state(&valkey), state);
-        assert_eq!(status_of(&RollState::default()), None);
+        assert_eq!(
+            vko_status::rolling_update_status(&RollState::default()),
+            None
+        );
     }
 
     #[test]

@@ -113,6 +113,24 @@ impl ValkeySpec {
         self.sentinel_replicas() / 2 + 1
     }
 
+    /// [`replicas`](Self::replicas) as a count. The CRD's schema keeps it at 1 or more; a value
+    /// below (an object the API server did not validate) counts as 0 pods here, and vko-render
+    /// refuses that spec (`OutOfRange`), so the pass reports it once instead of dividing by it.
+    pub fn replicas_u32(&self) -> u32 {
+        self.replicas().max(0).unsigned_abs()
+    }
+
+    /// [`sentinel_replicas`](Self::sentinel_replicas) as a count; below the schema's minimum of 1
+    /// it counts as 0, as [`replicas_u32`](Self::replicas_u32).
+    pub fn sentinel_replicas_u32(&self) -> u32 {
+        self.sentinel_replicas().max(0).unsigned_abs()
+    }
+
+    /// [`sentinel_quorum`](Self::sentinel_quorum) as a count (0 only below the schema's minimum).
+    pub fn sentinel_quorum_u32(&self) -> u32 {
+        self.sentinel_quorum().max(0).unsigned_abs()
+    }
+
     /// Resources of the Sentinel container, if given.
     pub fn sentinel_resources(&self) -> Option<&ResourceRequirements> {
         self.sentinel.as_ref().and_then(|s| s.resources.as_ref())
@@ -431,6 +449,50 @@ mod tests {
             image: "valkey/valkey:8.0".into(),
             ..ValkeySpec::default()
         }
+    }
+
+    #[test]
+    fn counts_are_u32_and_below_the_schema_minimum_count_as_zero() {
+        let spec = minimal();
+        assert_eq!(
+            (
+                spec.replicas_u32(),
+                spec.sentinel_replicas_u32(),
+                spec.sentinel_quorum_u32()
+            ),
+            (1, 3, 2)
+        );
+        let sentinels = |replicas| SentinelSpec {
+            enabled: Some(true),
+            replicas: Some(replicas),
+            ..SentinelSpec::default()
+        };
+        let five = ValkeySpec {
+            replicas: Some(5),
+            sentinel: Some(sentinels(5)),
+            ..minimal()
+        };
+        assert_eq!(
+            (
+                five.replicas_u32(),
+                five.sentinel_replicas_u32(),
+                five.sentinel_quorum_u32()
+            ),
+            (5, 5, 3)
+        );
+        let unvalidated = ValkeySpec {
+            replicas: Some(-2),
+            sentinel: Some(sentinels(-7)),
+            ..minimal()
+        };
+        assert_eq!(
+            (
+                unvalidated.replicas_u32(),
+                unvalidated.sentinel_replicas_u32(),
+                unvalidated.sentinel_quorum_u32()
+            ),
+            (0, 0, 0)
+        );
     }
 
     #[test]

@@ -31,6 +31,24 @@ use crate::status::ValkeyStatus;
     namespaced,
     status = "ValkeyStatus",
     derive = "PartialEq",
+    // Root rules: `self.metadata.name` is visible only here. The limits are those of
+    // `vko_render::Names::new` (which stays as the second line); a vko-render test keeps the two
+    // in step. 43: the Sentinel StatefulSet `<name>-sentinel` labels its pods
+    // `controller-revision-hash: <name>-sentinel-<hash>` (hash: at most 10 characters, a
+    // uint32's decimal digits), and a label value holds at most 63: 43 + 9 + 1 + 10 = 63.
+    validation = Rule::new("size(self.metadata.name) <= 43").message(
+        "metadata.name must be at most 43 characters: the Sentinel pods are labelled \
+         controller-revision-hash=<name>-sentinel-<hash of up to 10 characters>, 20 more than \
+         the name, and a label value holds at most 63"
+    ),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]')").message(
+        "metadata.name must start with a lowercase letter: the generated Service names \
+         (<name>-rw, <name>-headless, ...) must be DNS-1035 labels"
+    ),
+    validation = Rule::new("!self.metadata.name.contains('.')").message(
+        "metadata.name must not contain a dot: the generated Service names (<name>-rw, \
+         <name>-headless, ...) must be DNS-1035 labels (lowercase letters, digits and '-')"
+    ),
     doc = "A Valkey deployment managed by the vko operator: data pods, optional Sentinel, TLS, \
            persistence, metrics and a health observer.",
     printcolumn(
@@ -87,10 +105,11 @@ use crate::status::ValkeyStatus;
     }
 ]))]
 pub struct ValkeySpec {
-    /// Number of Valkey data pods. With more than one pod, pod 0 starts as master and the others
-    /// replicate from it. Must be at least 1.
+    /// Number of Valkey data pods, 1-100. With more than one pod, pod 0 starts as master and the
+    /// others replicate from it.
+    // 100: see ADR 0003 (the operator dials and lists every pod of the tier on each pass).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 1), range(min = 1))]
+    #[schemars(extend("default" = 1), range(min = 1, max = 100))]
     pub replicas: Option<i32>,
 
     /// Valkey container image, for example `valkey/valkey:8.0`. May be pinned by digest
@@ -154,6 +173,7 @@ pub struct ValkeySpec {
 
     /// CPU and memory requests and limits of the Valkey container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::schema_tidy::resource_quantities)]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -166,10 +186,11 @@ pub struct SentinelSpec {
     #[schemars(extend("default" = false))]
     pub enabled: Option<bool>,
 
-    /// Number of Sentinel pods. Use an odd number of 3 or more: a failover needs a majority
+    /// Number of Sentinel pods, 1-9. Use an odd number of 3 or more: a failover needs a majority
     /// (replicas/2 + 1), so 2 Sentinels tolerate no Sentinel outage at all. Default 3.
+    // 9: see ADR 0003 (tolerates 4 Sentinel outages; every further Sentinel only adds gossip).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 3), range(min = 1))]
+    #[schemars(extend("default" = 3), range(min = 1, max = 9))]
     pub replicas: Option<i32>,
 
     /// Keep the plaintext Sentinel port 26379 open next to the TLS port 36379. Only allowed
@@ -196,6 +217,7 @@ pub struct SentinelSpec {
     /// container, so a namespace ResourceQuota admits the pod). Changing them rolls the
     /// Sentinel pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::schema_tidy::resource_quantities)]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -333,6 +355,7 @@ pub struct MetricsSpec {
 
     /// CPU and memory requests and limits of the exporter container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::schema_tidy::resource_quantities)]
     pub resources: Option<ResourceRequirements>,
 
     /// Extra command-line arguments for the exporter, e.g. `--check-keys=*`.
@@ -486,6 +509,7 @@ pub struct ObserverSpec {
     /// CPU and memory of the observer container. Omitted means requests of 50m CPU and 64Mi
     /// memory and a 128Mi memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::schema_tidy::resource_quantities)]
     pub resources: Option<ResourceRequirements>,
 
     /// Which failed checks make the observer report not-ready. Failures are always logged.

@@ -432,6 +432,38 @@ string_enum! {
         NoPodLabeledMaster => "NoPodLabeledMaster",
         /// RWServiceEmpty=False.
         MasterLabeled => "MasterLabeled",
+        /// ReconcileBlocked=True: a referenced Secret does not exist or lacks the key (the
+        /// StatefulSets are held back).
+        SecretMissing => "SecretMissing",
+        /// ReconcileBlocked=True: a user-provided TLS certificate cannot serve the pods.
+        TLSCertificateUnusable => "TLSCertificateUnusable",
+        /// ReconcileBlocked=True: the object lacks a field the API server always sets, or a
+        /// rendered object could not be turned into an API request.
+        InvalidObject => "InvalidObject",
+        /// ReconcileBlocked=True: writing the status failed.
+        StatusWriteFailed => "StatusWriteFailed",
+        /// Reason of a failed pass (metrics label): publishing an Event failed.
+        EventPublishFailed => "EventPublishFailed",
+        /// ReconcileBlocked=True: a data-plane command (promotion, redirection) failed.
+        DataPlaneCommandFailed => "DataPlaneCommandFailed",
+        /// ReconcileBlocked=True: a promotion could not be carried out or verified.
+        PromotionFailed => "PromotionFailed",
+        /// ReconcileBlocked=True: the spec's name does not fit the generated names (vko-render).
+        InvalidName => "InvalidName",
+        /// ReconcileBlocked=True: a user label or annotation uses a reserved key (vko-render).
+        ReservedKey => "ReservedKey",
+        /// ReconcileBlocked=True: a generated name is not a DNS name (vko-render).
+        InvalidDnsName => "InvalidDnsName",
+        /// ReconcileBlocked=True: a user-given argument is refused (vko-render).
+        InvalidArgument => "InvalidArgument",
+        /// ReconcileBlocked=True: a count or port is out of range (vko-render).
+        OutOfRange => "OutOfRange",
+        /// ReconcileBlocked=True: the recorded master is not one of the pods (vko-render).
+        RecordedMasterOutOfRange => "RecordedMasterOutOfRange",
+        /// ReconcileBlocked=True: the operator handed the renderer an unusable input (vko-render).
+        InvalidRenderInput => "InvalidRenderInput",
+        /// ReconcileBlocked=True: a rendered object could not be serialized (vko-render).
+        SerializationFailed => "SerializationFailed",
     }
 }
 

@@ -1,5 +1,7 @@
 //! The one error type of this crate.
 
+use vko_api::ConditionReason;
+
 /// Why a `Valkey` (or the inputs next to it) cannot be rendered. Every variant names the field it
 /// is about, so the operator can put the message into a condition as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,16 +76,18 @@ pub enum RenderError {
 
 impl RenderError {
     /// Stable, CamelCase reason for conditions, Events and metric labels.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> ConditionReason {
         match self {
-            RenderError::InvalidName { .. } => "InvalidName",
-            RenderError::ReservedKey { .. } => "ReservedKey",
-            RenderError::InvalidDnsName { .. } => "InvalidDnsName",
-            RenderError::InvalidArgument { .. } => "InvalidArgument",
-            RenderError::OutOfRange { .. } => "OutOfRange",
-            RenderError::RecordedMasterOutOfRange { .. } => "RecordedMasterOutOfRange",
-            RenderError::InvalidInput { .. } => "InvalidRenderInput",
-            RenderError::Serialization { .. } => "SerializationFailed",
+            RenderError::InvalidName { .. } => ConditionReason::InvalidName,
+            RenderError::ReservedKey { .. } => ConditionReason::ReservedKey,
+            RenderError::InvalidDnsName { .. } => ConditionReason::InvalidDnsName,
+            RenderError::InvalidArgument { .. } => ConditionReason::InvalidArgument,
+            RenderError::OutOfRange { .. } => ConditionReason::OutOfRange,
+            RenderError::RecordedMasterOutOfRange { .. } => {
+                ConditionReason::RecordedMasterOutOfRange
+            }
+            RenderError::InvalidInput { .. } => ConditionReason::InvalidRenderInput,
+            RenderError::Serialization { .. } => ConditionReason::SerializationFailed,
         }
     }
 

@@ -228,7 +228,7 @@ mod tests {
             let user: Labels = [(key.to_owned(), "x".to_owned())].into();
             let err =
                 merge_user_labels("spec.podLabels", Some(&user), operator.clone()).expect_err(key);
-            assert_eq!(err.reason(), "ReservedKey");
+            assert_eq!(err.reason().as_str(), "ReservedKey");
         }
         let user: Labels = [("team".to_owned(), "platform".to_owned())].into();
         let merged =

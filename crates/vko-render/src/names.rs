@@ -279,6 +279,32 @@ mod tests {
         assert!(names.sentinel_statefulset().len() + 11 <= 63);
     }
 
+    /// The CRD refuses at admission what `Names::new` refuses here; the length limit is written
+    /// into the CRD's root rule as a number, so it must follow `MAX_NAME_LENGTH`.
+    #[test]
+    fn the_crd_refuses_the_same_names_at_admission() {
+        let crd = serde_json::to_value(vko_api::crd()).expect("serializes");
+        let rules: Vec<&str> = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/x-kubernetes-validations")
+            .and_then(serde_json::Value::as_array)
+            .expect("root rules")
+            .iter()
+            .filter_map(|rule| rule.get("rule").and_then(serde_json::Value::as_str))
+            .collect();
+        assert!(
+            rules.contains(&format!("size(self.metadata.name) <= {MAX_NAME_LENGTH}").as_str()),
+            "{rules:?}"
+        );
+        assert!(
+            rules.contains(&"self.metadata.name.matches('^[a-z]')"),
+            "{rules:?}"
+        );
+        assert!(
+            rules.contains(&"!self.metadata.name.contains('.')"),
+            "{rules:?}"
+        );
+    }
+
     #[test]
     fn cluster_domain_and_namespace_are_checked() {
         assert!(Names::new("a", "ns", "corp.example").is_ok());

@@ -30,6 +30,23 @@ pub mod names {
     pub const METRICS: &str = "metrics";
 }
 
+// vko-api's port constants as `u16`; the assertion makes a constant outside 0..=65535 a build
+// error instead of a truncated port.
+const _: () = assert!(
+    ports::VALKEY >= 0
+        && ports::VALKEY_TLS >= 0
+        && ports::SENTINEL >= 0
+        && ports::SENTINEL_TLS >= 0
+        && ports::VALKEY <= u16::MAX as i32
+        && ports::VALKEY_TLS <= u16::MAX as i32
+        && ports::SENTINEL <= u16::MAX as i32
+        && ports::SENTINEL_TLS <= u16::MAX as i32
+);
+const VALKEY_U16: u16 = ports::VALKEY as u16;
+const VALKEY_TLS_U16: u16 = ports::VALKEY_TLS as u16;
+const SENTINEL_U16: u16 = ports::SENTINEL as u16;
+const SENTINEL_TLS_U16: u16 = ports::SENTINEL_TLS as u16;
+
 /// The ports one `Valkey` listens on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortPlan {
@@ -68,6 +85,20 @@ impl PortPlan {
         }
     }
 
+    /// The primary Valkey port as the operator dials it (the same choice as [`PortPlan::of`]).
+    pub fn valkey_dial_port(&self) -> u16 {
+        if self.tls { VALKEY_TLS_U16 } else { VALKEY_U16 }
+    }
+
+    /// The primary Sentinel port as the operator dials it (the same choice as [`PortPlan::of`]).
+    pub fn sentinel_dial_port(&self) -> u16 {
+        if self.tls {
+            SENTINEL_TLS_U16
+        } else {
+            SENTINEL_U16
+        }
+    }
+
     /// `(name, port)` of every Valkey port, primary first.
     pub fn valkey_ports(&self) -> Vec<(&'static str, i32)> {
         let mut all = vec![(names::VALKEY, self.valkey)];
@@ -80,5 +111,27 @@ impl PortPlan {
         let mut all = vec![(names::SENTINEL, self.sentinel)];
         all.extend(self.sentinel_plain.map(|p| (names::SENTINEL_PLAIN, p)));
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dial_ports_are_the_primary_ports() {
+        for tls in [false, true] {
+            let spec = ValkeySpec {
+                tls: Some(vko_api::TlsSpec {
+                    enabled: Some(tls),
+                    ..Default::default()
+                }),
+                ..ValkeySpec::default()
+            };
+            let plan = PortPlan::of(&spec);
+            assert_eq!(plan.tls, tls);
+            assert_eq!(i32::from(plan.valkey_dial_port()), plan.valkey);
+            assert_eq!(i32::from(plan.sentinel_dial_port()), plan.sentinel);
+        }
     }
 }

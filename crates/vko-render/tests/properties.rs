@@ -374,7 +374,7 @@ fn reserved_user_keys_are_refused_with_the_field_named() {
                  "podLabels": {"vko.gtrfc.com/instanceRole": "master"}}});
     let err =
         render(&valkey(&value), &RenderInputs::new("demo", "op:1", "1")).expect_err("refused");
-    assert_eq!(err.reason(), "ReservedKey");
+    assert_eq!(err.reason().as_str(), "ReservedKey");
     assert!(err.to_string().contains("spec.podLabels"), "{err}");
 }
 
@@ -386,7 +386,7 @@ fn extra_args_with_nul_and_bad_dns_names_are_refused() {
                  "metrics": {"enabled": true, "extraArgs": ["--ok", "bad\u{0}"]}}});
     let err =
         render(&valkey(&value), &RenderInputs::new("demo", "op:1", "1")).expect_err("refused");
-    assert_eq!(err.reason(), "InvalidArgument");
+    assert_eq!(err.reason().as_str(), "InvalidArgument");
     assert!(
         err.to_string().contains("spec.metrics.extraArgs[1]"),
         "{err}"
@@ -400,7 +400,7 @@ fn extra_args_with_nul_and_bad_dns_names_are_refused() {
     let mut inputs = RenderInputs::new("demo", "op:1", "1");
     inputs.cert_manager_present = true;
     let err = render(&valkey(&value), &inputs).expect_err("refused");
-    assert_eq!(err.reason(), "InvalidDnsName");
+    assert_eq!(err.reason().as_str(), "InvalidDnsName");
 }
 
 #[test]

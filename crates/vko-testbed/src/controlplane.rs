@@ -1,6 +1,7 @@
 //! The control plane from real binaries: building them from `xtask/k8s` (Go), starting etcd,
-//! kube-apiserver, kube-controller-manager and kube-scheduler with the testbed's PKI, waiting until
-//! they serve, stopping them; and `vko-testbed serve`, the supervisor that runs a whole testbed.
+//! kube-apiserver, kube-controller-manager and kube-scheduler with the testbed's PKI, then (once the
+//! Nodes exist) kube-proxy, waiting until they serve, stopping them; and `vko-testbed serve`, the
+//! supervisor that runs a whole testbed.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -15,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::paths::{self, Paths};
 use crate::pki::{APISERVER_BRIDGE_IP, E2E_OPERATOR_STEM, E2E_OPERATOR_USER, Pki};
-use crate::{Error, Result, control, net};
+use crate::{Error, Result, control, kube_proxy, net};
 
 /// etcd's client and peer ports (off the defaults so a host etcd does not collide).
 pub const ETCD_CLIENT_PORT: u16 = 12379;
@@ -24,6 +25,8 @@ pub const APISERVER_PORT: u16 = 6443;
 const CONTROLLER_MANAGER_PORT: u16 = 10257;
 const SCHEDULER_PORT: u16 = 10259;
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The pod network (kube-proxy's `clusterCIDR`: traffic from outside it to a Service is masqueraded).
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// Short, so node-loss tests see a NotReady node within half a minute.
 pub const NODE_MONITOR_GRACE_PERIOD: &str = "20s";
@@ -391,6 +394,10 @@ pub struct ControlPlane {
     pki: Option<Pki>,
     /// In start order; stopped in reverse.
     components: Vec<Component>,
+    /// Set once kube-proxy was started: its rules are removed after it stops.
+    kube_proxy_config: Option<PathBuf>,
+    /// What `net.bridge.bridge-nf-call-iptables` was before the testbed set it to 1, if it had to.
+    bridge_netfilter_before: Option<String>,
 }
 
 impl ControlPlane {
@@ -401,6 +408,8 @@ impl ControlPlane {
             bin_dir,
             pki: None,
             components: Vec::new(),
+            kube_proxy_config: None,
+            bridge_netfilter_before: None,
         }
     }
 
@@ -487,6 +496,36 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Starts kube-proxy (see [`crate::kube_proxy`]) and waits until its `/healthz` reports a
+    /// completed IPv4 sync. Call it once the Nodes exist: kube-proxy reads its node's IPs at start.
+    pub async fn start_kube_proxy(&mut self) -> Result<()> {
+        kube_proxy::check_prerequisites()?;
+        let pki = self
+            .pki
+            .clone()
+            .ok_or_else(|| Error::Other("the control plane has no PKI yet".into()))?;
+        let kubeconfig = self.paths.kubeconfig(kube_proxy::STEM);
+        write_kubeconfig(&kubeconfig, &pki, kube_proxy::USER, kube_proxy::STEM)?;
+        let config = kube_proxy::config_file(&self.paths);
+        std::fs::write(&config, kube_proxy::config_yaml(&kubeconfig, CLUSTER_CIDR))
+            .map_err(Error::io(format!("writing {}", config.display())))?;
+        self.bridge_netfilter_before = kube_proxy::ensure_bridge_netfilter()?;
+        // From here on its rules may exist: `stop` removes them.
+        self.kube_proxy_config = Some(config.clone());
+        let index = self.spawn("kube-proxy", vec![format!("--config={}", config.display())])?;
+        wait_ready(
+            &mut self.components[index],
+            Duration::from_secs(60),
+            probe_kube_proxy,
+        )
+        .await?;
+        tracing::info!(
+            "kube-proxy ({} mode) has synced its rules",
+            kube_proxy::MODE
+        );
+        Ok(())
+    }
+
     /// Components whose process has exited: (name, exit status, log).
     fn exited_components(&mut self) -> Vec<(&'static str, String, PathBuf)> {
         self.components
@@ -532,10 +571,22 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Stops every started component, newest first. Idempotent.
+    /// Stops every started component, newest first, then removes kube-proxy's rules. Idempotent.
     pub fn stop(&mut self) {
         while let Some(mut component) = self.components.pop() {
             component.stop();
+        }
+        if let Some(config) = self.kube_proxy_config.take() {
+            let binary = self.bin_dir.join("kube-proxy");
+            match kube_proxy::cleanup(&binary, Some(&config)) {
+                Ok(()) => tracing::info!("kube-proxy's iptables rules are removed"),
+                Err(error) => tracing::error!(
+                    "removing kube-proxy's rules: {error}; `cargo xtask testbed down` retries"
+                ),
+            }
+        }
+        if let Some(previous) = self.bridge_netfilter_before.take() {
+            kube_proxy::restore_bridge_netfilter(&previous);
         }
     }
 
@@ -758,6 +809,34 @@ async fn probe_etcd() -> Result<()> {
         Ok(())
     } else {
         Err(Error::Other(format!("etcd /health says {body}")))
+    }
+}
+
+/// kube-proxy's `/healthz` (plain HTTP) answers healthy AND lists an IPv4 sync: before its first
+/// sync it already answers 200 with no per-family status.
+async fn probe_kube_proxy() -> Result<()> {
+    let url = format!("http://127.0.0.1:{}", kube_proxy::HEALTHZ_PORT)
+        .parse()
+        .map_err(|error| Error::Invalid {
+            what: "kube-proxy health URL".into(),
+            detail: format!("{error}"),
+        })?;
+    let mut config = kube::Config::new(url);
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(Duration::from_secs(5));
+    let client = kube::Client::try_from(config)?;
+    let body = probe_text(&client, "/healthz").await?;
+    let health: serde_json::Value =
+        serde_json::from_str(&body).map_err(|error| Error::Invalid {
+            what: "kube-proxy /healthz".into(),
+            detail: format!("{error}: {body}"),
+        })?;
+    if health["status"]["IPv4"]["healthy"] == serde_json::Value::Bool(true) {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "kube-proxy has not synced IPv4 rules yet: {body}"
+        )))
     }
 }
 
@@ -1047,6 +1126,7 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
     });
     wait_for_nodes(&client, &node_names, supervised).await?;
     tracing::info!("nodes {} are Ready", node_names.join(", "));
+    supervised.control_plane.start_kube_proxy().await?;
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! process kubelet, and a harness for end-to-end tests. Test infrastructure, never shipped.
 //!
 //! Layout: [`paths`] (where state and caches live), [`pki`] (the testbed's own CA and certificates),
-//! [`controlplane`] (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), [`net`] (bridge,
+//! [`controlplane`] (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy),
+//! [`kube_proxy`] (its configuration and netfilter cleanup), [`net`] (bridge,
 //! per-pod network namespaces), [`runtime`] (containers as processes in their own namespaces),
 //! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses).
 
@@ -10,6 +11,7 @@ pub mod control;
 pub mod controlplane;
 pub mod error;
 pub mod harness;
+pub mod kube_proxy;
 pub mod kubelet;
 pub mod net;
 pub mod paths;

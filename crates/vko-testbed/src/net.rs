@@ -1,5 +1,6 @@
-//! Pod networking: one Linux bridge (`vkotb0`, gateway 10.244.0.1/16) and, per pod, a network
-//! namespace `vkotb-<12 hex of the pod UID>` joined to the bridge by a veth pair.
+//! Pod networking: one Linux bridge (`vkotb0`, gateway 10.244.0.1/16, plus a route of the Service
+//! CIDR and forwarding limited to the pod network, see [`enable_service_forwarding`]) and, per pod, a network namespace `vkotb-<12 hex of the pod UID>` joined to the bridge by a
+//! veth pair whose bridge port is in hairpin mode (for kube-proxy, see [`crate::kube_proxy`]).
 //!
 //! Everything is done with the `ip` command (iproute2). The pod IP of an attached pod is recorded as
 //! the alias (`ifalias`) of its host-side veth, so the set of IPs in use is read back from the kernel
@@ -82,6 +83,19 @@ impl Network {
         ip(&["addr", "replace", &gateway_cidr, "dev", BRIDGE])?;
         ip(&["link", "set", BRIDGE, "up"])?;
         ip(&["link", "set", "lo", "up"])?;
+        // ClusterIPs are reached via the bridge (source 10.244.0.1, inside the cluster CIDR, so
+        // kube-proxy DNATs without masquerading); without this route the host's default route
+        // would send them off the machine. It goes with the bridge.
+        ip(&[
+            "route",
+            "replace",
+            crate::controlplane::SERVICE_CIDR,
+            "dev",
+            BRIDGE,
+            "src",
+            &gateway().to_string(),
+        ])?;
+        enable_service_forwarding()?;
         Ok(Network {
             next_ip: Mutex::new(u32::from(gateway()) + 1),
         })
@@ -148,6 +162,7 @@ impl Network {
             delete_link_if_exists(&veth)?;
         }
         delete_link_if_exists(BRIDGE)?;
+        remove_policy_routing()?;
         // Last, while still holding it: the testbed leaves no file behind.
         let _ = std::fs::remove_file(LOCK_FILE);
         Ok(())
@@ -177,6 +192,110 @@ impl Network {
             network_address()
         )))
     }
+}
+
+/// The routing table of everything that arrives from the bridge (see [`enable_service_forwarding`]).
+pub const POD_ROUTE_TABLE: &str = "2440";
+/// Priority of the rule that sends bridge traffic to [`POD_ROUTE_TABLE`] (before `main`, 32766).
+const POD_RULE_PRIORITY: &str = "32000";
+
+/// Lets a pod's packet to a ClusterIP, DNATed by kube-proxy to another pod on the bridge, through,
+/// and nothing else. On this kernel (6.18) br_netfilter drops such bridged-and-DNATed packets unless
+/// the bridge forwards (the documented fallback for `ip_forward=0` does not apply), so forwarding is
+/// on for the bridge alone (`net.ipv4.conf.vkotb0.forwarding`, gone with the bridge;
+/// `net.ipv4.ip_forward` stays as it is). So that forwarding reaches only pods, never beyond the
+/// machine, what arrives from the bridge is routed by [`POD_ROUTE_TABLE`]: the pod network and
+/// `unreachable default` (local addresses still come first, from the `local` table). The rule and
+/// the unreachable route outlive the bridge: [`remove_policy_routing`] deletes them.
+fn enable_service_forwarding() -> Result<()> {
+    // Idempotent and never removing anything: a running testbed and tests set the bridge up at the
+    // same time, and removing the rule for a moment would let the bridge forward anywhere.
+    let _lock = lock_allocation()?;
+    let pod_network = format!("{}/{PREFIX_LEN}", network_address());
+    ip(&[
+        "route",
+        "replace",
+        &pod_network,
+        "dev",
+        BRIDGE,
+        "table",
+        POD_ROUTE_TABLE,
+    ])?;
+    ip(&[
+        "route",
+        "replace",
+        "unreachable",
+        "default",
+        "table",
+        POD_ROUTE_TABLE,
+    ])?;
+    if !has_pod_rule()? {
+        let added = ip(&[
+            "rule",
+            "add",
+            "iif",
+            BRIDGE,
+            "lookup",
+            POD_ROUTE_TABLE,
+            "priority",
+            POD_RULE_PRIORITY,
+        ]);
+        // The kernel refuses a duplicate ("File exists"): fine if the rule is there now.
+        if let Err(error) = added
+            && !has_pod_rule()?
+        {
+            return Err(error);
+        }
+    }
+    // Only now that nothing can be forwarded beyond the pod network.
+    let forwarding = format!("/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding");
+    std::fs::write(&forwarding, "1").map_err(Error::io(format!("writing 1 to {forwarding}")))
+}
+
+fn has_pod_rule() -> Result<bool> {
+    Ok(ip(&["rule", "show", "iif", BRIDGE])?
+        .lines()
+        .any(|rule| rule.contains(&format!("lookup {POD_ROUTE_TABLE}"))))
+}
+
+/// The testbed's policy routing still in the kernel: `ip rule` lines naming the bridge and routes of
+/// [`POD_ROUTE_TABLE`].
+pub fn leftover_policy_routing() -> Result<Vec<String>> {
+    let rules = ip(&["rule", "show", "iif", BRIDGE])?;
+    // Fails ("FIB table does not exist") when the table is gone, which is the clean case.
+    let routes = run_ip(&["route", "show", "table", POD_ROUTE_TABLE])?;
+    let routes = if routes.status.success() {
+        String::from_utf8_lossy(&routes.stdout).into_owned()
+    } else {
+        String::new()
+    };
+    Ok(rules
+        .lines()
+        .filter(|rule| !rule.trim().is_empty())
+        .map(|rule| format!("ip rule {}", rule.trim()))
+        .chain(
+            routes
+                .lines()
+                .filter(|route| !route.trim().is_empty())
+                .map(|route| format!("ip route {} table {POD_ROUTE_TABLE}", route.trim())),
+        )
+        .collect())
+}
+
+/// Deletes the rule(s) and routes [`enable_service_forwarding`] made. Idempotent.
+pub fn remove_policy_routing() -> Result<()> {
+    // `ip rule add` does not refuse duplicates: delete until none is left.
+    for _ in 0..16 {
+        if ip(&["rule", "show", "iif", BRIDGE])?.trim().is_empty() {
+            break;
+        }
+        ip(&["rule", "del", "iif", BRIDGE, "lookup", POD_ROUTE_TABLE])
+            .or_else(|_| ip(&["rule", "del", "iif", BRIDGE]))?;
+    }
+    // Fails when the table does not exist (nothing to flush); whatever remains is reported by
+    // `leftover_policy_routing`.
+    run_ip(&["route", "flush", "table", POD_ROUTE_TABLE])?;
+    Ok(())
 }
 
 /// The first 12 hex digits of the pod UID (dashes removed), lower-case.
@@ -226,6 +345,19 @@ fn build_attachment(net: &PodNet) -> Result<()> {
     ])?;
     ip(&["link", "set", host_veth, "alias", &ip_text])?;
     ip(&["link", "set", host_veth, "master", BRIDGE, "up"])?;
+    // Hairpin: a pod connecting to a Service whose endpoint is itself gets its own packet back
+    // through the port it came from (kube-proxy masquerades such traffic; kubelet's
+    // `hairpinMode: hairpin-veth` does the same).
+    ip(&[
+        "link",
+        "set",
+        "dev",
+        host_veth,
+        "type",
+        "bridge_slave",
+        "hairpin",
+        "on",
+    ])?;
     ip(&["-n", netns, "link", "set", "lo", "up"])?;
     ip(&["-n", netns, "addr", "add", &pod_cidr, "dev", "eth0"])?;
     ip(&["-n", netns, "link", "set", "eth0", "up"])?;

@@ -34,7 +34,7 @@ pub const E2E_OPERATOR_USER: &str = "vko-e2e-operator";
 pub const E2E_OPERATOR_STEM: &str = "operator";
 
 /// Client identities of the testbed: (file stem, common name, organization).
-const CLIENTS: [(&str, &str, Option<&str>); 5] = [
+const CLIENTS: [(&str, &str, Option<&str>); 6] = [
     ("admin", "admin", Some("system:masters")),
     (
         "kube-controller-manager",
@@ -49,6 +49,8 @@ const CLIENTS: [(&str, &str, Option<&str>); 5] = [
         Some("system:masters"),
     ),
     (E2E_OPERATOR_STEM, E2E_OPERATOR_USER, None),
+    // Bootstrap RBAC binds this user to the ClusterRole system:node-proxier.
+    (crate::kube_proxy::STEM, crate::kube_proxy::USER, None),
 ];
 
 const CA_COMMON_NAME: &str = "vko-testbed-ca";
@@ -146,7 +148,7 @@ impl Pki {
         self.key("apiserver")
     }
     /// Certificate of a client identity: `admin`, `kube-controller-manager`, `kube-scheduler`,
-    /// `apiserver-kubelet-client`, `operator` ([`E2E_OPERATOR_USER`]).
+    /// `apiserver-kubelet-client`, `operator` ([`E2E_OPERATOR_USER`]), `kube-proxy`.
     pub fn cert(&self, stem: &str) -> PathBuf {
         self.dir.join(format!("{stem}.crt"))
     }
@@ -309,6 +311,7 @@ mod tests {
             "kube-scheduler",
             "apiserver-kubelet-client",
             E2E_OPERATOR_STEM,
+            crate::kube_proxy::STEM,
         ] {
             files.push(pki.cert(stem));
             files.push(pki.key(stem));

@@ -833,17 +833,17 @@ impl PodWorker {
                 }
             })?;
         // A mapped image whose binaries were never built (`cargo xtask exporter build` for the
-        // redis_exporter image) cannot be pulled, like an image missing from a registry.
+        // redis_exporter image, `cargo xtask valkey build` for a built Valkey release) cannot be
+        // pulled, like an image missing from a registry.
         if let Some(dir) = mapping.bin_dir.as_ref().filter(|dir| !dir.is_dir()) {
             return Err(StartFailure {
                 reason: "ErrImagePull",
                 message: format!(
                     "image {image:?} maps to host binaries in {}, which does not exist{}",
                     dir.display(),
-                    if dir == &images::redis_exporter_dir() {
-                        " (build them with `cargo xtask exporter build`)"
-                    } else {
-                        ""
+                    match &mapping.build_command {
+                        Some(command) => format!(" (build them with `{command}`)"),
+                        None => String::new(),
                     }
                 ),
             });

@@ -1,22 +1,26 @@
-//! The status step, as pure functions: phase, message and conditions from what one pass observed;
-//! conditions keep `lastTransitionTime` unless their status flips; Events only on transitions.
+//! The status of a `Valkey`, as pure functions of one observed world (a [`Snapshot`]): phase,
+//! message and conditions; conditions keep `lastTransitionTime` unless their status flips;
+//! Events only on transitions. The operator observes and writes; this crate decides (and can be
+//! tested from fixtures, without a client).
+//!
+//! [`storage`] compares the live data StatefulSet's claims with the rendered ones.
+
+pub mod storage;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::runtime::events::EventType;
-use vko_api::{ConditionReason, ConditionType, Phase, ValkeyStatus};
-
+use vko_api::{ConditionReason, ConditionType, Phase, RollingUpdateStatus, ValkeyStatus};
 use vko_authority::{PodProbe, ProbeState, unsynced_replicas};
+pub use vko_roll::EventType;
+use vko_roll::RollState;
 
-/// Reason of `ReconcileBlocked=True` while a referenced Secret is missing (the operator holds the
-/// StatefulSets back; not one of vko-api's write reasons).
-pub const SECRET_MISSING: &str = "SecretMissing";
+use crate::storage::StorageConflict;
 
 /// Why the pass could not converge the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Blocked {
     /// `ForeignObject`, `AdmissionWebhookDenied`, `WriteFailed`, `SecretMissing`, or a render
     /// error's reason.
-    pub reason: String,
+    pub reason: ConditionReason,
     pub message: String,
 }
 
@@ -47,15 +51,49 @@ pub struct Snapshot {
     pub observer_ready: Option<bool>,
     /// The TLS fingerprints of both tiers (`None`: TLS is off).
     pub tls_material: Option<Vec<TierMaterial>>,
-    /// The data StatefulSet's claims against the spec (`None`: not compared this pass; `Some(None)`:
-    /// they match).
-    pub storage: Option<Option<crate::storage::StorageConflict>>,
+    /// The data StatefulSet's claims against the spec.
+    pub storage: StorageCheck,
     /// Data pods labelled `instanceRole=master` (the `-rw` Service's endpoints).
     pub labeled_masters: Vec<String>,
-    /// (Sentinel pod, other Sentinels it knows) of the Sentinels that answered, with the number of
-    /// Sentinels the spec asks for; `None` unless every data and Sentinel pod is ready and one
+    /// The Sentinels' peer counts; `None` unless every data and Sentinel pod is ready and one
     /// answered.
-    pub sentinel_peers: Option<(Vec<(String, u32)>, u32)>,
+    pub sentinel_peers: Option<SentinelPeers>,
+}
+
+/// The data StatefulSet's `volumeClaimTemplates` against the rendered ones in one pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StorageCheck {
+    /// Not compared this pass (no live StatefulSet, or nothing rendered): the condition stays.
+    NotCompared,
+    /// Compared: they match.
+    Matches,
+    /// Compared: they differ.
+    Conflict(StorageConflict),
+}
+
+impl From<Option<StorageConflict>> for StorageCheck {
+    /// A comparison's result: `None` is a match.
+    fn from(found: Option<StorageConflict>) -> StorageCheck {
+        found.map_or(StorageCheck::Matches, StorageCheck::Conflict)
+    }
+}
+
+/// How many other Sentinels one Sentinel knows (`num-other-sentinels`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PeerCount {
+    /// The Sentinel pod.
+    pub pod: String,
+    /// The peers it knows.
+    pub others: u32,
+}
+
+/// The peer counts of the Sentinels that answered, with the number of Sentinels the spec asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelPeers {
+    /// One per Sentinel that answered, sorted by pod.
+    pub answers: Vec<PeerCount>,
+    /// `spec.sentinel.replicas`.
+    pub sentinels: u32,
 }
 
 /// One tier's TLS fingerprints: its Secret's now, and the one each pod was started with.
@@ -97,15 +135,13 @@ const LEGACY_TLS_HASH_ANNOTATION: &str = "vko.gtrfc.com/tls-material-hash";
 
 /// `SentinelPeersStale`: a Sentinel that knows more peers than the cluster has Sentinels counts a
 /// failover majority over Sentinels that are gone (Sentinel never forgets a peer by itself).
-pub fn sentinel_peers_condition(
-    peers: &[(String, u32)],
-    sentinels: u32,
-) -> (bool, ConditionReason, String) {
-    let expected = sentinels.saturating_sub(1);
+pub fn sentinel_peers_condition(peers: &SentinelPeers) -> (bool, ConditionReason, String) {
+    let expected = peers.sentinels.saturating_sub(1);
     let stale: Vec<String> = peers
+        .answers
         .iter()
-        .filter(|(_, known)| *known > expected)
-        .map(|(pod, known)| format!("{pod} knows {known}"))
+        .filter(|peer| peer.others > expected)
+        .map(|peer| format!("{} knows {}", peer.pod, peer.others))
         .collect();
     if stale.is_empty() {
         (
@@ -417,7 +453,7 @@ pub fn desired_status(
             Some(blocked) => condition(
                 ConditionType::ReconcileBlocked,
                 true,
-                &blocked.reason,
+                blocked.reason.as_str(),
                 blocked.message.clone(),
                 snapshot.generation,
                 &now,
@@ -474,20 +510,20 @@ pub fn desired_status(
             ),
         );
     }
-    if let Some(storage) = &snapshot.storage {
+    if snapshot.storage != StorageCheck::NotCompared {
         let standing = conditions
             .iter()
             .find(|c| c.type_ == ConditionType::StorageSpecNotApplied.as_str())
             .is_some_and(|c| c.status == "True");
-        let next = match storage {
-            Some(conflict) => Some(condition(
+        let next = match &snapshot.storage {
+            StorageCheck::Conflict(conflict) => Some(condition(
                 ConditionType::StorageSpecNotApplied,
                 true,
                 match conflict {
-                    crate::storage::StorageConflict::RecreateRequired { .. } => {
+                    StorageConflict::RecreateRequired { .. } => {
                         ConditionReason::RecreateRequired.as_str()
                     }
-                    crate::storage::StorageConflict::Immutable { .. } => {
+                    StorageConflict::Immutable { .. } => {
                         ConditionReason::VolumeClaimTemplatesImmutable.as_str()
                     }
                 },
@@ -496,7 +532,7 @@ pub fn desired_status(
                 &now,
             )),
             // Written only on a cluster that had a conflict.
-            None => standing.then(|| {
+            StorageCheck::Matches | StorageCheck::NotCompared => standing.then(|| {
                 condition(
                     ConditionType::StorageSpecNotApplied,
                     false,
@@ -512,7 +548,7 @@ pub fn desired_status(
         }
     }
     let rolling_update = match &snapshot.roll {
-        Some(roll) => crate::roll::status_of(&roll.state),
+        Some(roll) => rolling_update_status(&roll.state),
         None => current.and_then(|status| status.rolling_update.clone()),
     };
     let rw_standing = conditions
@@ -561,7 +597,7 @@ pub fn desired_status(
     if let Some((status, reason, message)) = snapshot
         .sentinel_peers
         .as_ref()
-        .map(|(peers, sentinels)| sentinel_peers_condition(peers, *sentinels))
+        .map(sentinel_peers_condition)
     {
         set_condition(
             &mut conditions,
@@ -590,6 +626,16 @@ pub fn desired_status(
         observed_generation: snapshot.generation,
         rolling_update,
     }
+}
+
+/// The roll state as `status.rollingUpdate` (`None` when not rolling).
+pub fn rolling_update_status(state: &RollState) -> Option<RollingUpdateStatus> {
+    if *state == RollState::default() {
+        return None;
+    }
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
 }
 
 /// One Event to publish.
@@ -745,7 +791,7 @@ mod tests {
             roll: None,
             observer_ready: None,
             tls_material: None,
-            storage: None,
+            storage: StorageCheck::NotCompared,
             labeled_masters: vec!["a-0".into()],
             sentinel_peers: None,
         }
@@ -885,7 +931,7 @@ mod tests {
     fn a_blocked_pass_reports_error_but_ready_keeps_the_data_plane_truth() {
         let snapshot = Snapshot {
             blocked: Some(Blocked {
-                reason: "ForeignObject".into(),
+                reason: ConditionReason::ForeignObject,
                 message: "ConfigMap a-config exists but is not controlled by this Valkey".into(),
             }),
             ..standalone_ok()
@@ -959,7 +1005,7 @@ mod tests {
         let clean = desired_status(None, &standalone_ok(), "v", at(1));
         let blocked = |message: &str| Snapshot {
             blocked: Some(Blocked {
-                reason: SECRET_MISSING.into(),
+                reason: ConditionReason::SecretMissing,
                 message: message.into(),
             }),
             ..standalone_ok()
@@ -975,7 +1021,7 @@ mod tests {
             events,
             vec![EventSpec {
                 type_: EventType::Warning,
-                reason: SECRET_MISSING.into(),
+                reason: ConditionReason::SecretMissing.as_str().into(),
                 note: "auth Secret pw does not exist".into()
             }]
         );
@@ -1219,17 +1265,16 @@ mod tests {
 
     #[test]
     fn storage_spec_not_applied_is_written_only_after_a_conflict_and_warns_once_per_message() {
-        use crate::storage::StorageConflict;
         let mut snapshot = standalone_ok();
-        snapshot.storage = Some(None);
+        snapshot.storage = StorageCheck::Matches;
         let clean = desired_status(None, &snapshot, "v", at(10));
         assert!(
             find(Some(&clean), ConditionType::StorageSpecNotApplied).is_none(),
             "no conflict ever: no condition"
         );
-        snapshot.storage = Some(Some(StorageConflict::Immutable {
+        snapshot.storage = StorageCheck::Conflict(StorageConflict::Immutable {
             difference: "claim data: size 1Gi in the StatefulSet, 2Gi in the spec".into(),
-        }));
+        });
         let stuck = desired_status(Some(&clean), &snapshot, "v", at(20));
         let condition = find(Some(&stuck), ConditionType::StorageSpecNotApplied).unwrap();
         assert_eq!(
@@ -1248,13 +1293,13 @@ mod tests {
         let again = desired_status(Some(&stuck), &snapshot, "v", at(30));
         assert!(transition_events(Some(&stuck), &again).is_empty());
         // Not compared this pass (e.g. nothing rendered): left as it is.
-        snapshot.storage = None;
+        snapshot.storage = StorageCheck::NotCompared;
         let unknown = desired_status(Some(&again), &snapshot, "v", at(35));
         assert_eq!(
             find(Some(&unknown), ConditionType::StorageSpecNotApplied),
             find(Some(&again), ConditionType::StorageSpecNotApplied)
         );
-        snapshot.storage = Some(None);
+        snapshot.storage = StorageCheck::Matches;
         let resolved = desired_status(Some(&unknown), &snapshot, "v", at(40));
         let condition = find(Some(&resolved), ConditionType::StorageSpecNotApplied).unwrap();
         assert_eq!(
@@ -1297,21 +1342,31 @@ mod tests {
 
     #[test]
     fn sentinel_peers_stale_names_each_sentinel_that_knows_too_many() {
+        let peers = |answers: &[(&str, u32)], sentinels| SentinelPeers {
+            answers: answers
+                .iter()
+                .map(|(pod, others)| PeerCount {
+                    pod: (*pod).to_owned(),
+                    others: *others,
+                })
+                .collect(),
+            sentinels,
+        };
         let (status, reason, message) =
-            sentinel_peers_condition(&[("a-sentinel-0".into(), 2), ("a-sentinel-1".into(), 2)], 3);
+            sentinel_peers_condition(&peers(&[("a-sentinel-0", 2), ("a-sentinel-1", 2)], 3));
         assert_eq!(
             (status, reason),
             (false, ConditionReason::SentinelPeersCurrent)
         );
         assert!(message.contains("knows 2 other"), "{message}");
-        let (status, reason, message) = sentinel_peers_condition(
+        let (status, reason, message) = sentinel_peers_condition(&peers(
             &[
-                ("a-sentinel-0".into(), 3),
-                ("a-sentinel-1".into(), 2),
-                ("a-sentinel-2".into(), 4),
+                ("a-sentinel-0", 3),
+                ("a-sentinel-1", 2),
+                ("a-sentinel-2", 4),
             ],
             3,
-        );
+        ));
         assert_eq!(
             (status, reason),
             (true, ConditionReason::SentinelPeersExceedReplicas)
@@ -1323,7 +1378,7 @@ mod tests {
         assert!(!message.contains("a-sentinel-1"), "{message}");
         // Not measured this pass: the condition is left as it is.
         let mut snapshot = standalone_ok();
-        snapshot.sentinel_peers = Some((vec![("a-sentinel-0".into(), 3)], 3));
+        snapshot.sentinel_peers = Some(peers(&[("a-sentinel-0", 3)], 3));
         let stale = desired_status(None, &snapshot, "v", at(1));
         snapshot.sentinel_peers = None;
         let kept = desired_status(Some(&stale), &snapshot, "v", at(2));

@@ -1,0 +1,17 @@
+//! The vko operator as a library: the reconcile pipeline (`controller`), its I/O steps (the
+//! stores, apply, the data plane, the roll driver, Events) and the Controller that runs it.
+//! `main.rs` is the command line around it; the decisions live in the pure crates (vko-render,
+//! vko-authority, vko-roll, vko-status).
+
+pub mod apply;
+pub mod cache_sync;
+pub mod controller;
+pub mod dataplane;
+pub mod error;
+pub mod events;
+pub mod kube_clients;
+pub mod leader;
+pub mod metrics;
+pub mod migrate;
+pub mod roll;
+pub mod stores;
