@@ -1,15 +1,16 @@
 //! Every fault the testbed injects shows its effect: a crashed container restarts in place, a
 //! partitioned pod is unreachable from a peer until healed, a stopped node's pods go NotReady through
 //! the node lifecycle controller with their processes gone, a paused server stops answering until
-//! resumed, and a watch survives an API-server restart.
+//! resumed, a node whose heartbeats paused gets its pods Ready again from its kubelet once they
+//! resume, and a watch survives an API-server restart.
 //!
 //! The tests run one at a time (the node and API-server faults would disturb the others), and pin
 //! their pods to nodes so the stopped node carries only its own test's pod.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use vko_testbed::control::Fault;
@@ -282,20 +283,50 @@ async fn a_paused_server_stops_answering_and_answers_again_when_resumed() {
     namespace.cleanup().await.unwrap();
 }
 
-/// Starts the node again when dropped, also when the test fails halfway.
-struct StartNodeOnDrop(&'static str);
+/// Injects its fault when dropped, also when the test fails halfway (starts a node again, resumes its
+/// heartbeats).
+struct FaultOnDrop(Fault);
 
-impl Drop for StartNodeOnDrop {
+impl Drop for FaultOnDrop {
     fn drop(&mut self) {
         let socket =
             vko_testbed::control::socket_path(vko_testbed::paths::Paths::from_env().state_dir());
-        let fault = Fault::StartNode {
-            node: self.0.into(),
-        };
+        let fault = self.0.clone();
         // Its own thread: the test's runtime may not block here.
         let _ =
             std::thread::spawn(move || vko_testbed::control::send_blocking(&socket, &fault)).join();
     }
+}
+
+fn pod_condition(pod: &Pod, type_: &str) -> Option<String> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let condition = conditions.iter().find(|c| c.type_ == type_)?;
+    Some(condition.status.clone())
+}
+
+/// The node's Ready condition status once it is `want` (`True`, or anything else for `!want`).
+async fn wait_node_ready(
+    nodes: &Api<Node>,
+    name: &str,
+    want: bool,
+    timeout: Duration,
+) -> vko_testbed::Result<String> {
+    let what = format!("{name} to be {}", if want { "Ready" } else { "NotReady" });
+    wait_until(&what, timeout, || {
+        let nodes = nodes.clone();
+        let name = name.to_string();
+        async move {
+            let node = nodes.get(&name).await?;
+            let status = node
+                .status
+                .and_then(|status| status.conditions)
+                .and_then(|conditions| conditions.into_iter().find(|c| c.type_ == "Ready"))
+                .map(|condition| condition.status)
+                .unwrap_or_default();
+            Ok(((status == "True") == want).then_some(status))
+        }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -324,10 +355,12 @@ async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
     };
     assert!(!processes().is_empty(), "valkey runs in {netns}");
 
-    let node = StartNodeOnDrop("node-3");
+    let node = FaultOnDrop(Fault::StartNode {
+        node: "node-3".into(),
+    });
     testbed
         .fault(Fault::StopNode {
-            node: node.0.into(),
+            node: "node-3".into(),
         })
         .await
         .unwrap();
@@ -366,6 +399,84 @@ async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
         ping(&ip, Duration::from_secs(5)).await.as_deref(),
         Some("PONG")
     );
+    namespace.cleanup().await.unwrap();
+}
+
+/// What a real kubelet's status manager does: the node lifecycle controller sets `Ready=False` on the
+/// pods of a node that missed its heartbeats; when the node is back, its kubelet writes the status
+/// it computed (Ready, the container never stopped) over the controller's.
+#[tokio::test]
+async fn a_nodes_pods_are_ready_again_once_its_paused_heartbeats_resume() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    let namespace = TestNamespace::create(&client, "fault-heartbeat")
+        .await
+        .unwrap();
+    let ns = namespace.name().to_string();
+    apply_yaml(&client, &ns, &valkey_pod("vk", "node-3"))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_ready(&pods, "vk", true, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ip = pod_ip(&client, &ns, "vk").await.unwrap();
+
+    let paused = Instant::now();
+    let _resume = FaultOnDrop(Fault::ResumeHeartbeats {
+        node: "node-3".into(),
+    });
+    testbed
+        .fault(Fault::PauseHeartbeats {
+            node: "node-3".into(),
+        })
+        .await
+        .unwrap();
+    // The node lifecycle controller (--node-monitor-grace-period=20s here) gives up on the node and
+    // marks its pod not ready; the kubelet, cut off, does not answer back.
+    let node_status = wait_node_ready(&nodes, "node-3", false, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let not_ready = wait_ready(&pods, "vk", false, Duration::from_secs(30))
+        .await
+        .unwrap();
+    println!(
+        "node-3 {node_status} and vk Ready={:?} {:?} after the pause",
+        pod_condition(&not_ready, "Ready"),
+        paused.elapsed()
+    );
+    assert_eq!(pod_condition(&not_ready, "Ready").as_deref(), Some("False"));
+    // Its containers never stopped: the pod answers all along.
+    assert_eq!(
+        ping(&ip, Duration::from_secs(5)).await.as_deref(),
+        Some("PONG")
+    );
+
+    let resumed = Instant::now();
+    testbed
+        .fault(Fault::ResumeHeartbeats {
+            node: "node-3".into(),
+        })
+        .await
+        .unwrap();
+    wait_node_ready(&nodes, "node-3", true, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let node_ready_after = resumed.elapsed();
+    let ready_again = wait_ready(&pods, "vk", true, Duration::from_secs(30))
+        .await
+        .unwrap();
+    println!(
+        "node-3 Ready {node_ready_after:?} and vk Ready {:?} after the resume",
+        resumed.elapsed()
+    );
+    assert_eq!(
+        pod_condition(&ready_again, "ContainersReady").as_deref(),
+        Some("True")
+    );
+    assert_eq!(restart_count(&ready_again), 0, "nothing restarted");
     namespace.cleanup().await.unwrap();
 }
 

@@ -47,8 +47,9 @@ enum TestbedCommand {
     /// Exit non-zero, listing them, if any testbed leftovers exist.
     CheckClean,
     /// Inject a fault into the running testbed: crash <ns>/<pod> <container> | delete-pod <ns>/<pod> |
-    /// stop-node <node> | start-node <node> | partition <ns>/<pod> | heal <ns>/<pod> |
-    /// pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver
+    /// stop-node <node> | start-node <node> | pause-heartbeats <node> | resume-heartbeats <node> |
+    /// partition <ns>/<pod> | heal <ns>/<pod> | pause <ns>/<pod> <container> |
+    /// resume <ns>/<pod> <container> | restart-apiserver
     Fault {
         #[arg(required = true, num_args = 1..)]
         words: Vec<String>,

@@ -30,6 +30,13 @@ pub enum Fault {
     StopNode { node: String },
     /// The node's kubelet comes back: heartbeats resume and its pods' containers restart.
     StartNode { node: String },
+    /// The node's kubelet is cut off from the API server: no Lease renewal, no node status, no pod
+    /// status, while its containers and probes keep running; the node lifecycle controller marks
+    /// the node NotReady and its pods `Ready=False`.
+    PauseHeartbeats { node: String },
+    /// Undo [`Fault::PauseHeartbeats`]: the node reports Ready at once and its pods' status is
+    /// written back over what the node lifecycle controller set.
+    ResumeHeartbeats { node: String },
     /// Cut the pod off the network (connections hang, as on a real partition).
     Partition { namespace: String, pod: String },
     /// Undo [`Fault::Partition`].
@@ -107,6 +114,12 @@ impl Fault {
             (["start-node", node], _) => Fault::StartNode {
                 node: node.to_string(),
             },
+            (["pause-heartbeats", node], _) => Fault::PauseHeartbeats {
+                node: node.to_string(),
+            },
+            (["resume-heartbeats", node], _) => Fault::ResumeHeartbeats {
+                node: node.to_string(),
+            },
             (["restart-apiserver"], _) => Fault::RestartApiserver,
             _ => return Err(usage()),
         };
@@ -116,8 +129,8 @@ impl Fault {
 
 /// How `cargo xtask testbed fault` is called.
 pub const USAGE: &str = "usage: fault crash <ns>/<pod> <container> | delete-pod <ns>/<pod> | \
-stop-node <node> | start-node <node> | partition <ns>/<pod> | heal <ns>/<pod> | \
-pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver";
+stop-node <node> | start-node <node> | pause-heartbeats <node> | resume-heartbeats <node> | \
+partition <ns>/<pod> | heal <ns>/<pod> | pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver";
 
 /// The control socket of the testbed whose state lives in `state_dir`.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
@@ -295,6 +308,18 @@ mod tests {
             }
         );
         assert_eq!(
+            Fault::parse(&args("pause-heartbeats node-3")).unwrap(),
+            Fault::PauseHeartbeats {
+                node: "node-3".into()
+            }
+        );
+        assert_eq!(
+            Fault::parse(&args("resume-heartbeats node-3")).unwrap(),
+            Fault::ResumeHeartbeats {
+                node: "node-3".into()
+            }
+        );
+        assert_eq!(
             Fault::parse(&args("restart-apiserver")).unwrap(),
             Fault::RestartApiserver
         );
@@ -302,6 +327,7 @@ mod tests {
             "crash pod-0 valkey",
             "crash ns/pod",
             "pause /pod c",
+            "pause-heartbeats",
             "explode",
             "",
         ] {

@@ -755,14 +755,27 @@ pub async fn admin_client(paths: &Paths) -> Result<kube::Client> {
     client_from_kubeconfig(&paths.admin_kubeconfig()).await
 }
 
+/// The node heartbeat's API configuration: the admin identity, with connect and read timeouts within
+/// one renewal interval.
+async fn heartbeat_config(paths: &Paths) -> Result<kube::Config> {
+    let mut config = config_from_kubeconfig(&paths.admin_kubeconfig()).await?;
+    config.connect_timeout = Some(crate::kubelet::nodes::HEARTBEAT_TIMEOUT);
+    config.read_timeout = Some(crate::kubelet::nodes::HEARTBEAT_TIMEOUT);
+    Ok(config)
+}
+
 /// A client from a kubeconfig file.
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client> {
+    Ok(kube::Client::try_from(config_from_kubeconfig(path).await?)?)
+}
+
+/// The client configuration in a kubeconfig file.
+pub async fn config_from_kubeconfig(path: &Path) -> Result<kube::Config> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .map_err(|error| Error::Other(format!("reading kubeconfig {}: {error}", path.display())))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .map_err(|error| Error::Other(format!("kubeconfig {}: {error}", path.display())))?;
-    Ok(kube::Client::try_from(config)?)
+        .map_err(|error| Error::Other(format!("kubeconfig {}: {error}", path.display())))
 }
 
 /// A client for a component's own HTTPS health endpoint on localhost (self-signed serving cert).
@@ -1096,6 +1109,7 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
         cluster_domain: "cluster.local".into(),
         api_server: std::net::SocketAddrV4::new(APISERVER_BRIDGE_IP, APISERVER_PORT),
         extra_images: options.extra_images.clone(),
+        heartbeat_api: heartbeat_config(paths).await?,
     };
     let node_names: Vec<String> = config.nodes.iter().map(|node| node.name.clone()).collect();
     let kubelet_shutdown = CancellationToken::new();

@@ -287,7 +287,7 @@ async fn nodes_become_ready_lose_the_not_ready_taint_and_stopped_nodes_stop_rene
     .await;
 
     shutdown.cancel();
-    heartbeat.await.unwrap().unwrap();
+    heartbeat.await.unwrap();
 }
 
 #[tokio::test]

@@ -65,6 +65,14 @@ pub async fn apply(
             handles.stopped.start(node);
             Ok(())
         }
+        Fault::PauseHeartbeats { node } => {
+            handles.stopped.pause_heartbeats(node);
+            Ok(())
+        }
+        Fault::ResumeHeartbeats { node } => {
+            handles.stopped.resume_heartbeats(node);
+            Ok(())
+        }
         Fault::Partition { namespace, pod } => {
             network.partition(&pod_net(handles, namespace, pod)?)
         }

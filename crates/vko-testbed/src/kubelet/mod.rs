@@ -67,6 +67,9 @@ pub struct KubeletConfig {
     pub api_server: SocketAddrV4,
     /// Image-name prefix → directory of extra binaries (bind-mounted at /vko/bin, first on PATH).
     pub extra_images: Vec<(String, PathBuf)>,
+    /// How the node heartbeat reaches the API server: it builds its own client from this, on its own
+    /// thread, so pod work cannot queue in front of a Lease renewal.
+    pub heartbeat_api: kube::Config,
 }
 
 /// What the supervisor keeps to reach into a running kubelet (fault injection): which containers run
@@ -91,12 +94,12 @@ pub async fn run(
     // The helpers stop with the kubelet, also when the pods loop ends on its own.
     let helpers = shutdown.child_token();
     let KubeletHandles { running, stopped } = handles;
-    let heartbeat = tokio::spawn(nodes::heartbeat(
-        client.clone(),
+    let heartbeat = nodes::spawn_heartbeat(
+        config.heartbeat_api.clone(),
         config.nodes.clone(),
         stopped.clone(),
         helpers.clone(),
-    ));
+    )?;
     let kubelet_api = {
         let serve = api::serve(
             client.clone(),
@@ -139,7 +142,8 @@ pub async fn run(
     )
     .await;
     helpers.cancel();
-    let _ = heartbeat.await;
+    // The thread ends right after `helpers` is cancelled; join it off the runtime's threads.
+    let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
     let _ = kubelet_api.await;
     let _ = provisioner.await;
     result

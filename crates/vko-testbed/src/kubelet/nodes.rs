@@ -5,11 +5,16 @@
 //! renews each node's Lease in `kube-node-lease` and the Ready condition's `lastHeartbeatTime`
 //! every 10 s; the node lifecycle controller in kube-controller-manager keys its not-ready and
 //! unreachable taints off both. A node in [`StoppedNodes`] gets no heartbeat, which is how a node
-//! failure is simulated.
+//! failure is simulated; a node whose heartbeats are paused keeps running its pods but writes nothing
+//! to the API (a kubelet cut off from the API server).
+//!
+//! The heartbeat runs on its own thread with its own runtime and API client ([`spawn_heartbeat`]), and
+//! every renewal has a timeout: pod work (hundreds of tasks, status patches, watches) cannot delay a
+//! Lease renewal by queueing in front of it, as it could when both shared one runtime and client.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
@@ -20,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::NodeSpec;
@@ -36,46 +41,73 @@ pub const CONTAINER_RUNTIME_VERSION: &str = "testbed://0.1";
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// How often Leases and the Ready heartbeat are renewed (the kubelet's default lease renew interval).
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+/// One node's renewal (its GET, status patch and Lease apply) gives up after this long, so a hung
+/// request does not hold up the next beat (the kubelet bounds its lease client the same way).
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(8);
 /// The Lease duration the kubelet uses by default.
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 const FIELD_MANAGER: &str = "vko-testbed";
 
-/// The names of nodes whose "kubelet" is stopped: they get no Lease renewals and no heartbeats.
+/// The names of nodes whose "kubelet" is stopped (no Lease renewals, no heartbeats, no containers)
+/// and of nodes whose heartbeats are paused (their pods run, but nothing of the node reaches the API).
 #[derive(Clone, Default)]
 pub struct StoppedNodes(Arc<StoppedInner>);
 
 #[derive(Default)]
 struct StoppedInner {
     names: Mutex<BTreeSet<String>>,
-    /// Wakes the heartbeat so a restarted node reports Ready at once instead of within 10 s.
-    changed: Notify,
+    paused: Mutex<BTreeSet<String>>,
+    /// Counts changes: wakes the heartbeat (a restarted node reports Ready at once instead of within
+    /// 10 s) and the pods' status writers (they publish again at once).
+    changes: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for StoppedNodes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StoppedNodes").field(&*self.names()).finish()
+        f.debug_struct("StoppedNodes")
+            .field("stopped", &*lock(&self.0.names))
+            .field("paused", &*lock(&self.0.paused))
+            .finish()
     }
 }
 
 impl StoppedNodes {
     pub fn stop(&self, node: &str) {
-        self.names().insert(node.to_string());
+        lock(&self.0.names).insert(node.to_string());
     }
     pub fn start(&self, node: &str) {
-        if self.names().remove(node) {
-            self.0.changed.notify_one();
+        if lock(&self.0.names).remove(node) {
+            self.0.changes.send_modify(|count| *count += 1);
+        }
+    }
+    /// The node's kubelet stays up but is cut off from the API server: no Lease renewal, no node or
+    /// pod status.
+    pub fn pause_heartbeats(&self, node: &str) {
+        lock(&self.0.paused).insert(node.to_string());
+    }
+    pub fn resume_heartbeats(&self, node: &str) {
+        if lock(&self.0.paused).remove(node) {
+            self.0.changes.send_modify(|count| *count += 1);
         }
     }
     pub fn is_stopped(&self, node: &str) -> bool {
-        self.names().contains(node)
+        lock(&self.0.names).contains(node)
     }
-    fn names(&self) -> MutexGuard<'_, BTreeSet<String>> {
-        // The set stays consistent even if a holder panicked (every change is one insert/remove).
-        self.0
-            .names
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Stopped or paused: nothing of the node is written to the API.
+    pub fn is_silent(&self, node: &str) -> bool {
+        self.is_stopped(node) || lock(&self.0.paused).contains(node)
     }
+    /// Changes whenever a node starts again or its heartbeats resume.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.changes.subscribe()
+    }
+}
+
+fn lock(names: &Mutex<BTreeSet<String>>) -> MutexGuard<'_, BTreeSet<String>> {
+    // The set stays consistent even if a holder panicked (every change is one insert/remove).
+    names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Creates or updates every Node and reports its status as Ready.
@@ -95,29 +127,99 @@ pub async fn register(client: &kube::Client, nodes: &[NodeSpec]) -> Result<()> {
     Ok(())
 }
 
+/// Runs [`heartbeat`] on a thread of its own (its own runtime, its own client from `api`) until
+/// `shutdown`.
+pub fn spawn_heartbeat(
+    api: kube::Config,
+    nodes: Vec<NodeSpec>,
+    stopped: StoppedNodes,
+    shutdown: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("node-heartbeat".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    tracing::error!(%error, "no runtime for the node heartbeat");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                // Built here: the client's connection tasks live on this thread's runtime.
+                let client = match kube::Client::try_from(api) {
+                    Ok(client) => client,
+                    Err(error) => {
+                        tracing::error!(%error, "no API client for the node heartbeat");
+                        return;
+                    }
+                };
+                heartbeat(client, nodes, stopped, shutdown).await;
+            });
+        })
+        .map_err(crate::Error::io("starting the node heartbeat thread"))
+}
+
 /// Renews every running node's Lease and Ready heartbeat every [`HEARTBEAT_INTERVAL`] until
-/// `shutdown`. Failures are logged and retried on the next beat (the API server may be restarting).
+/// `shutdown`, all nodes at once, each renewal bounded by [`HEARTBEAT_TIMEOUT`]. Failures are logged
+/// and retried on the next beat (the API server may be restarting); a renewal later than twice the
+/// interval is logged with its gap.
 pub async fn heartbeat(
     client: kube::Client,
     nodes: Vec<NodeSpec>,
     stopped: StoppedNodes,
     shutdown: CancellationToken,
-) -> Result<()> {
+) {
     let node_api: Api<Node> = Api::all(client.clone());
     let lease_api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
     let mut ticks = tokio::time::interval(HEARTBEAT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut changes = stopped.subscribe();
+    let mut renewed: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
-            () = stopped.0.changed.notified() => {}
+            _ = changes.changed() => {}
         }
-        for node in nodes.iter().filter(|node| !stopped.is_stopped(&node.name)) {
-            if let Err(error) = beat(&node_api, &lease_api, node).await {
-                tracing::warn!(node = %node.name, %error, "node heartbeat failed");
+        let beats = nodes
+            .iter()
+            .filter(|node| !stopped.is_silent(&node.name))
+            .map(|node| {
+                let (node_api, lease_api) = (&node_api, &lease_api);
+                async move {
+                    let outcome =
+                        tokio::time::timeout(HEARTBEAT_TIMEOUT, beat(node_api, lease_api, node))
+                            .await;
+                    (node, outcome)
+                }
+            });
+        for (node, outcome) in futures::future::join_all(beats).await {
+            match outcome {
+                Ok(Ok(())) => {
+                    let now = Instant::now();
+                    if let Some(before) = renewed.insert(node.name.clone(), now) {
+                        let gap = now.duration_since(before);
+                        if gap > 2 * HEARTBEAT_INTERVAL {
+                            tracing::warn!(node = %node.name, ?gap, "late Lease renewal");
+                        }
+                    }
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(node = %node.name, %error, "node heartbeat failed")
+                }
+                Err(_) => tracing::warn!(
+                    node = %node.name,
+                    timeout = ?HEARTBEAT_TIMEOUT,
+                    "node heartbeat timed out"
+                ),
             }
         }
+        // A paused or stopped node's gap is the fault's, not lateness.
+        renewed.retain(|name, _| !stopped.is_silent(name));
     }
 }
 
@@ -476,14 +578,31 @@ mod tests {
     async fn starting_a_stopped_node_wakes_the_heartbeat() {
         let stopped = StoppedNodes::default();
         stopped.stop("node-1");
-        let waiter = {
-            let stopped = stopped.clone();
-            tokio::spawn(async move { stopped.0.changed.notified().await })
-        };
+        let mut changes = stopped.subscribe();
+        let waiter = tokio::spawn(async move { changes.changed().await });
         stopped.start("node-1");
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .unwrap()
+            .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn paused_heartbeats_silence_the_node_until_resumed() {
+        let stopped = StoppedNodes::default();
+        let mut changes = stopped.subscribe();
+        stopped.pause_heartbeats("node-2");
+        assert!(stopped.is_silent("node-2"));
+        assert!(!stopped.is_stopped("node-2"), "its pods keep running");
+        assert!(!stopped.is_silent("node-1"));
+        stopped.resume_heartbeats("node-2");
+        assert!(!stopped.is_silent("node-2"));
+        tokio::time::timeout(Duration::from_secs(5), changes.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        stopped.stop("node-3");
+        assert!(stopped.is_silent("node-3"), "a stopped node is silent too");
     }
 }

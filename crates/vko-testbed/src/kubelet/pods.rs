@@ -64,6 +64,9 @@ const CONFIG_ERROR_RETRY: Duration = Duration::from_secs(2);
 const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 /// Status changes within this window go out in one patch.
 const STATUS_DEBOUNCE: Duration = Duration::from_millis(50);
+/// How often the status writer checks the API server's copy of the pod status against its own even
+/// when nothing woke it (the kubelet's status manager re-checks every 10 s, its syncFrequency).
+const STATUS_RESYNC: Duration = Duration::from_secs(10);
 const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// What every pod worker shares.
@@ -400,6 +403,7 @@ impl PodWorker {
             self.kubelet.client.clone(),
             &self.pod,
             self.shared.clone(),
+            self.latest.clone(),
             self.kubelet.stopped.clone(),
         );
         let writer_stop = CancellationToken::new();
@@ -1649,18 +1653,35 @@ fn shim_failure(log_path: &Path, exit_code: i32) -> Option<String> {
     last.strip_prefix("vko-testbed shim: ").map(str::to_string)
 }
 
-/// Patches the pod's status subresource whenever the computed status changes.
+/// Patches the pod's status subresource whenever the computed status changes, and reconciles it with
+/// the API server's copy like the kubelet's status manager: when that copy (from the pod watch, so
+/// checking costs no request) no longer says what the kubelet computed, e.g. the node lifecycle
+/// controller set `Ready=False` while the node missed its heartbeats, the kubelet's status is written
+/// back. Checked on every change of the copy and every [`STATUS_RESYNC`]; written only on a difference.
 #[derive(Clone)]
 struct StatusWriter {
     client: kube::Client,
     key: PodKey,
     spec: k8s_openapi::api::core::v1::PodSpec,
     shared: Arc<Shared>,
-    /// What we last published (or, before that, what the API had).
-    published: Arc<tokio::sync::Mutex<(Option<PodStatus>, bool)>>,
-    /// Nothing is published while the pod's node is stopped.
+    published: Arc<tokio::sync::Mutex<Published>>,
+    /// The pod as the API server has it (the pod watch); `None` once it is gone.
+    server: watch::Receiver<Option<Pod>>,
+    /// Nothing is published while the pod's node is stopped or its heartbeats are paused.
     stopped: StoppedNodes,
     node: String,
+}
+
+/// What the status writer last published.
+struct Published {
+    /// Our last status (before the first write: what the API had).
+    status: Option<PodStatus>,
+    written: bool,
+    /// The pod's resourceVersion our last write produced: older copies from the watch predate it.
+    resource_version: Option<u64>,
+    /// The status as the API server returned it from our last write (what it keeps of ours: a field
+    /// it drops or normalises must not look like someone else's change, or we would write forever).
+    echo: Option<PodStatus>,
 }
 
 impl StatusWriter {
@@ -1668,6 +1689,7 @@ impl StatusWriter {
         client: kube::Client,
         pod: &Pod,
         shared: Arc<Shared>,
+        server: watch::Receiver<Option<Pod>>,
         stopped: StoppedNodes,
     ) -> StatusWriter {
         StatusWriter {
@@ -1675,7 +1697,13 @@ impl StatusWriter {
             key: PodKey::of(pod),
             spec: pod.spec.clone().unwrap_or_default(),
             shared,
-            published: Arc::new(tokio::sync::Mutex::new((pod.status.clone(), false))),
+            published: Arc::new(tokio::sync::Mutex::new(Published {
+                status: pod.status.clone(),
+                written: false,
+                resource_version: None,
+                echo: None,
+            })),
+            server,
             stopped,
             node: pod
                 .spec
@@ -1687,12 +1715,21 @@ impl StatusWriter {
 
     async fn run(self, stop: CancellationToken) {
         let mut delay = Duration::from_millis(200);
+        let mut server = self.server.clone();
+        let mut node_changes = self.stopped.subscribe();
+        // A closed channel is not waited on again (it would be ready at once, forever).
+        let (mut server_open, mut nodes_open) = (true, true);
         loop {
             match self.sync().await {
                 Ok(()) => {
                     delay = Duration::from_millis(200);
                     tokio::select! {
                         () = self.shared.changed.notified() => {}
+                        changed = server.changed(), if server_open => server_open = changed.is_ok(),
+                        changed = node_changes.changed(), if nodes_open => {
+                            nodes_open = changed.is_ok();
+                        }
+                        () = tokio::time::sleep(STATUS_RESYNC) => {}
                         () = stop.cancelled() => return,
                     }
                     tokio::time::sleep(STATUS_DEBOUNCE).await;
@@ -1724,18 +1761,52 @@ impl StatusWriter {
         }
     }
 
+    /// The API server's copy of the status, if it is newer than our last write (an older one is a
+    /// watch event still catching up, not someone else's change).
+    fn server_status(&self, published: &Published) -> Option<PodStatus> {
+        let server = self.server.borrow();
+        let pod = server.as_ref()?;
+        if pod.metadata.uid.as_deref() != Some(self.key.uid.as_str()) {
+            return None;
+        }
+        let newer = status::is_newer(
+            pod.metadata.resource_version.as_deref(),
+            published.resource_version,
+        );
+        newer.then(|| pod.status.clone().unwrap_or_default())
+    }
+
     async fn sync(&self) -> Result<(), StatusError> {
-        // A stopped node's kubelet reports nothing; the node lifecycle controller owns the pod's
-        // Ready condition meanwhile. The restart after the node starts again publishes.
-        if self.stopped.is_stopped(&self.node) {
+        // A stopped (or cut-off) node's kubelet reports nothing; the node lifecycle controller owns
+        // the pod's Ready condition meanwhile. Once the node is back, the reconciliation below
+        // writes the kubelet's status over the controller's.
+        if self.stopped.is_silent(&self.node) {
             return Ok(());
         }
         let mut published = self.published.lock().await;
         let record = self.shared.lock().clone();
-        let status = status::pod_status(&self.spec, &record, published.0.as_ref(), &status::now());
-        if published.1 && published.0.as_ref() == Some(&status) {
-            return Ok(());
-        }
+        let now = status::now();
+        let own = status::pod_status(&self.spec, &record, published.status.as_ref(), &now);
+        let status = if !published.written || published.status.as_ref() != Some(&own) {
+            own
+        } else {
+            match self.server_status(&published) {
+                Some(server)
+                    if !status::is_reflected_in(
+                        published.echo.as_ref().unwrap_or(&own),
+                        &server,
+                    ) =>
+                {
+                    tracing::info!(
+                        pod = %self.key,
+                        "the API server's pod status differs from the kubelet's; writing it back"
+                    );
+                    // Against the server's copy, so conditions it flipped get a new transition time.
+                    status::pod_status(&self.spec, &record, Some(&server), &now)
+                }
+                _ => return Ok(()),
+            }
+        };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.key.namespace);
         // The UID in the patch is a precondition: a new pod with the same name is left alone.
         let patch = serde_json::json!({ "metadata": { "uid": self.key.uid }, "status": status });
@@ -1747,8 +1818,17 @@ impl StatusWriter {
             )
             .await
         {
-            Ok(_) => {
-                *published = (Some(status), true);
+            Ok(written) => {
+                *published = Published {
+                    status: Some(status),
+                    written: true,
+                    resource_version: written
+                        .metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|version| version.parse().ok()),
+                    echo: written.status,
+                };
                 Ok(())
             }
             Err(kube::Error::Api(response)) if response.code == 404 || response.code == 409 => {

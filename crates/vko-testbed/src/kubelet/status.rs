@@ -388,6 +388,49 @@ pub fn pod_status(
     }
 }
 
+/// Does the API server's copy `server` already say everything `ours` says (would our merge patch
+/// change nothing)? Fields we do not write (set by others, or defaulted by the API server) are
+/// ignored, also inside list items; lists must have the same length, item by item.
+pub fn is_reflected_in(ours: &PodStatus, server: &PodStatus) -> bool {
+    match (serde_json::to_value(ours), serde_json::to_value(server)) {
+        (Ok(ours), Ok(server)) => json_contains(&server, &ours),
+        // Unserializable cannot happen for these types; writing is the safe answer.
+        _ => false,
+    }
+}
+
+fn json_contains(whole: &serde_json::Value, part: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (whole, part) {
+        (Value::Object(whole), Value::Object(part)) => part.iter().all(|(key, value)| {
+            whole
+                .get(key)
+                .is_some_and(|present| json_contains(present, value))
+        }),
+        (Value::Array(whole), Value::Array(part)) => {
+            whole.len() == part.len()
+                && whole
+                    .iter()
+                    .zip(part)
+                    .all(|(present, value)| json_contains(present, value))
+        }
+        (whole, part) => whole == part,
+    }
+}
+
+/// Is a copy at `resource_version` newer than our last write at `written`? The API server's
+/// resourceVersions are etcd revisions (integers that only grow); anything unreadable counts as
+/// newer, so a difference is never ignored for it.
+pub fn is_newer(resource_version: Option<&str>, written: Option<u64>) -> bool {
+    match (
+        resource_version.and_then(|version| version.parse::<u64>().ok()),
+        written,
+    ) {
+        (Some(version), Some(written)) => version > written,
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,6 +672,76 @@ mod tests {
                 ip: "10.244.0.5".into()
             }])
         );
+    }
+
+    #[test]
+    fn a_ready_condition_someone_else_flipped_is_a_difference_and_is_restored() {
+        let up = record(vec![], vec![running("app", true)]);
+        let ours = pod_status(&spec(), &up, None, &time(10));
+        // The API server's copy as we wrote it, plus what others add: the scheduler's condition
+        // reason, a defaulted field inside a container status, the QoS class.
+        let mut server = ours.clone();
+        server.qos_class = Some("BestEffort".into());
+        server.container_statuses.as_mut().unwrap()[0].user = Some(Default::default());
+        assert!(is_reflected_in(&ours, &server), "nothing of ours changed");
+
+        // The node lifecycle controller marks the pod not ready while its node misses heartbeats.
+        let mut marked = server.clone();
+        for condition in marked.conditions.as_mut().unwrap() {
+            if condition.type_ == "Ready" {
+                condition.status = "False".into();
+                condition.reason = Some("NodeNotReady".into());
+                condition.last_transition_time = Some(time(40));
+            }
+        }
+        assert!(!is_reflected_in(&ours, &marked));
+        let restored = pod_status(&spec(), &up, Some(&marked), &time(50));
+        assert_eq!(condition(&restored, "Ready").status, "True");
+        assert_eq!(condition(&restored, "Ready").reason, None);
+        assert_eq!(
+            condition(&restored, "Ready").last_transition_time,
+            Some(time(50)),
+            "it transitioned back"
+        );
+        assert_eq!(
+            condition(&restored, "ContainersReady").last_transition_time,
+            Some(time(10)),
+            "untouched conditions keep their time"
+        );
+        assert_eq!(restored.qos_class.as_deref(), Some("BestEffort"));
+        assert!(is_reflected_in(
+            &restored,
+            &marked_after_write(&marked, &restored)
+        ));
+
+        // Container statuses someone else changed are a difference too, and so is a missing one.
+        let mut foreign = server.clone();
+        foreign.container_statuses.as_mut().unwrap()[0].ready = false;
+        assert!(!is_reflected_in(&ours, &foreign));
+        let mut missing = server;
+        missing.container_statuses = Some(vec![]);
+        assert!(!is_reflected_in(&ours, &missing));
+    }
+
+    /// The server's copy after our merge patch of `written` over `before` (lists replaced).
+    fn marked_after_write(before: &PodStatus, written: &PodStatus) -> PodStatus {
+        PodStatus {
+            qos_class: before.qos_class.clone(),
+            ..written.clone()
+        }
+    }
+
+    #[test]
+    fn only_copies_newer_than_our_last_write_are_compared() {
+        assert!(is_newer(Some("120"), Some(100)));
+        assert!(!is_newer(Some("100"), Some(100)), "our own write echoed");
+        assert!(
+            !is_newer(Some("98"), Some(100)),
+            "a watch event catching up"
+        );
+        assert!(is_newer(Some("98"), None), "nothing written yet");
+        assert!(is_newer(Some("opaque"), Some(100)));
+        assert!(is_newer(None, Some(100)));
     }
 
     #[test]
