@@ -307,6 +307,7 @@ fn the_prometheus_rule_ships_the_eight_alerts_each_guarded_on_the_collector() {
         [
             "ValkeySpecNotObserved",
             "ValkeyReconcileBlocked",
+            "ValkeySecretMissing",
             "ValkeyPhaseNotOK",
             "ValkeyReplicasMissing",
             "ValkeyOperatorVersionStale",

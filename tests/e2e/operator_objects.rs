@@ -381,6 +381,20 @@ spec:
     .unwrap();
     let (_, _, message) = condition(&valkey, "ReconcileBlocked").unwrap();
     assert!(message.contains("sec-password"), "{message}");
+    // Waiting for a Secret before the StatefulSet exists is provisioning, not an error (the
+    // reference's phase and message; no ValkeyPhaseNotOK page for a normal issuance wait).
+    let status = valkey.status.as_ref().unwrap();
+    assert_eq!(
+        status.phase.as_ref().map(ToString::to_string).as_deref(),
+        Some("Provisioning")
+    );
+    assert!(
+        status.message.as_deref().is_some_and(|m| m
+            .starts_with("Waiting for StatefulSet creation")
+            && m.contains("sec-password")),
+        "{:?}",
+        status.message
+    );
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     assert!(
         sts.get_opt("sec").await.unwrap().is_none(),
@@ -426,7 +440,7 @@ spec:
         .delete("sec-password", &DeleteParams::default())
         .await
         .unwrap();
-    wait_blocked(
+    let broken = wait_blocked(
         &valkeys,
         "sec",
         "SecretMissing",
@@ -434,6 +448,16 @@ spec:
     )
     .await
     .unwrap();
+    // Under a running cluster the same problem is an error: something removed what it runs on.
+    assert_eq!(
+        broken
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_ref())
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("Error")
+    );
     let repeated = wait_until(
         "the SecretMissing Warning Event counted twice",
         TIMEOUT,

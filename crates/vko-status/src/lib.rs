@@ -419,6 +419,17 @@ pub fn desired_status(
         .as_ref()
         .and_then(|roll| Some((roll.phase.clone()?, roll.summary.clone())));
     let (phase, message) = match (&snapshot.blocked, rolling_phase) {
+        // A fresh cluster waiting for its Secret (cert-manager still issuing, the auth Secret not
+        // created yet) is being provisioned, not broken: the reference's phase and message.
+        // `ReconcileBlocked=True/SecretMissing` still names the Secret.
+        (Some(blocked), _)
+            if blocked.reason == ConditionReason::SecretMissing && !snapshot.statefulset_exists =>
+        {
+            (
+                Phase::Provisioning,
+                format!("Waiting for StatefulSet creation: {}", blocked.message),
+            )
+        }
         (Some(blocked), _) => (
             Phase::Error,
             format!("Failed to reconcile resources: {}", blocked.message),
@@ -1023,6 +1034,46 @@ mod tests {
         assert_eq!(blocked.observed_generation, Some(3));
         assert_eq!(status.master_pod.as_deref(), Some("a-0"));
         assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_missing_secret_is_provisioning_before_the_statefulset_and_error_after() {
+        let missing = Blocked {
+            reason: ConditionReason::SecretMissing,
+            message: "the TLS Secret tls does not exist".into(),
+        };
+        let mut fresh = standalone_ok();
+        fresh.statefulset_exists = false;
+        fresh.ready_pods = 0;
+        fresh.probes.clear();
+        fresh.master = None;
+        fresh.blocked = Some(missing.clone());
+        let waiting = desired_status(None, &fresh, "v", at(1));
+        assert_eq!(waiting.phase, Some(Phase::Provisioning));
+        assert_eq!(
+            waiting.message.as_deref(),
+            Some("Waiting for StatefulSet creation: the TLS Secret tls does not exist")
+        );
+        let blocked = find(Some(&waiting), ConditionType::ReconcileBlocked).unwrap();
+        assert_eq!(
+            (blocked.status.as_str(), blocked.reason.as_str()),
+            ("True", "SecretMissing")
+        );
+
+        // Deleted under a running cluster: something broke.
+        let mut running = standalone_ok();
+        running.blocked = Some(missing);
+        let broken = desired_status(None, &running, "v", at(2));
+        assert_eq!(broken.phase, Some(Phase::Error));
+        // Any other refusal before the StatefulSet is an error too.
+        fresh.blocked = Some(Blocked {
+            reason: ConditionReason::PasswordUnusable,
+            message: "empty".into(),
+        });
+        assert_eq!(
+            desired_status(None, &fresh, "v", at(3)).phase,
+            Some(Phase::Error)
+        );
     }
 
     #[test]
