@@ -6,7 +6,9 @@
 //! again without touching the StatefulSet, the repeat counted on the same Event; an empty or blank
 //! password is refused (`PasswordUnusable`), by the operator and by a data pod's sidecar; a risky
 //! spec (no auth, `disableAuth`, metrics, 1/2 Sentinels, the PDB cases) gets a
-//! `ConfigurationWarning` condition and one Warning Event per warning, not repeated (ADR 0015).
+//! `ConfigurationWarning` condition and one Warning Event per warning, not repeated (ADR 0015); a
+//! pod that cannot start (no such image, hard anti-affinity with more pods than nodes, no such
+//! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event.
 
 #[path = "operator_support.rs"]
 mod operator_support;
@@ -845,4 +847,113 @@ spec:
     })
     .await
     .unwrap();
+}
+
+/// Waits until the Valkey reports `PodsNotStarting=True` with a line naming `pod` and `reason`,
+/// and the Warning Event for it; returns the condition's message.
+async fn wait_pod_problem(
+    client: &kube::Client,
+    valkeys: &Api<Valkey>,
+    name: &str,
+    pod: &str,
+    reason: &str,
+) -> anyhow::Result<String> {
+    let line = format!("{pod}: {reason}:");
+    let what = format!("PodsNotStarting=True naming {line}");
+    let valkey = wait_for_valkey(valkeys, name, &what, TIMEOUT, |v| {
+        condition(v, "PodsNotStarting")
+            .is_some_and(|(status, _, message)| status == "True" && message.contains(&line))
+    })
+    .await?;
+    let namespace = valkeys_namespace(&valkey)?;
+    wait_for_warning(client, &namespace, name, reason, pod).await?;
+    let (_, _, message) = condition(&valkey, "PodsNotStarting")
+        .ok_or_else(|| anyhow::anyhow!("PodsNotStarting vanished"))?;
+    Ok(message)
+}
+
+fn valkeys_namespace(valkey: &Valkey) -> anyhow::Result<String> {
+    valkey
+        .metadata
+        .namespace
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("a Valkey without a namespace"))
+}
+
+/// A pod that cannot start is named with the scheduler's or kubelet's own reason, on the Valkey
+/// (`PodsNotStarting` and one Warning Event), not left as "n/N ready": an image that does not
+/// exist, hard anti-affinity with more pods than nodes (the first three spread over the three
+/// nodes), a StorageClass that does not exist; fixing the image clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_cannot_start_is_named_with_its_own_reason() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-podwhy").await.unwrap();
+    let ns = namespace.name().to_owned();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let image_yaml = |image: &str| {
+        format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: img}}\nspec: {{replicas: 1, image: {image}}}\n"
+        )
+    };
+    apply_yaml(&client, &ns, &image_yaml("valkey/valkey:7.2"))
+        .await
+        .unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: spread}\nspec: {replicas: 4, image: valkey/valkey:8.0, antiAffinity: {mode: hard}}\n",
+    )
+    .await
+    .unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: disk}\nspec: {replicas: 1, image: valkey/valkey:8.0, persistence: {enabled: true, size: 100Mi, storageClass: no-such-class}}\n",
+    )
+    .await
+    .unwrap();
+
+    let image = wait_pod_problem(&client, &valkeys, "img", "img-0", "ImagePullFailed")
+        .await
+        .unwrap();
+    assert!(image.contains("valkey/valkey:7.2"), "{image}");
+    let spread = wait_pod_problem(&client, &valkeys, "spread", "spread-3", "PodUnschedulable")
+        .await
+        .unwrap();
+    assert!(spread.contains("anti-affinity"), "{spread}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut nodes = Vec::new();
+    for ordinal in 0..3 {
+        let pod = pods.get(&format!("spread-{ordinal}")).await.unwrap();
+        nodes.push(pod.spec.and_then(|s| s.node_name).unwrap_or_default());
+    }
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(
+        nodes.len(),
+        3,
+        "hard anti-affinity spreads 3 pods over 3 nodes: {nodes:?}"
+    );
+    let disk = wait_pod_problem(&client, &valkeys, "disk", "disk-0", "PodUnschedulable")
+        .await
+        .unwrap();
+    assert!(disk.contains("PersistentVolumeClaim"), "{disk}");
+    eprintln!("image: {image}\nspread: {spread}\ndisk: {disk}");
+
+    // The image fixed: the pod is replaced and starts; the condition clears.
+    apply_yaml(&client, &ns, &image_yaml("valkey/valkey:8.0"))
+        .await
+        .unwrap();
+    wait_for_valkey(&valkeys, "img", "PodsNotStarting=False", TIMEOUT, |v| {
+        condition(v, "PodsNotStarting")
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "PodsStarted")
+    })
+    .await
+    .unwrap();
+    wait_for_valkey(&valkeys, "img", "PHASE OK", TIMEOUT, ok_with(1))
+        .await
+        .unwrap();
 }

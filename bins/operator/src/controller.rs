@@ -917,6 +917,16 @@ fn snapshot(
         storage,
         sentinel_peers: authority.sentinel_peers.clone(),
         advisories: status::advisory::advisories(spec),
+        pod_problems: {
+            let mut pods: Vec<&Pod> = observed
+                .data_pods
+                .values()
+                .chain(&observed.sentinel_pods)
+                .map(|pod| pod.as_ref())
+                .collect();
+            pods.sort_by_key(|pod| pod.metadata.name.as_deref());
+            status::pods::pod_problems(pods, &Time(Timestamp::now()))
+        },
         labeled_masters: observed
             .data_pods
             .iter()
@@ -967,10 +977,9 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         } = &pass.target;
         write_status(&pass.ctx.client, namespace, name, &next).await?;
         let advisories = status::advisory_events(current, &snapshot.advisories);
-        for event in status::transition_events(current, &next)
-            .into_iter()
-            .chain(advisories)
-        {
+        let pods = status::pod_problem_events(current, &snapshot.pod_problems);
+        let events = status::transition_events(current, &next).into_iter();
+        for event in events.chain(advisories).chain(pods) {
             publish(pass.ctx, pass.valkey, event).await;
         }
     }

@@ -358,6 +358,8 @@ string_enum! {
         /// The spec is accepted but weakens security or availability (vko; the reference only
         /// logs or emits Events for some of these).
         ConfigurationWarning => "ConfigurationWarning",
+        /// A pod of the cluster cannot start: the scheduler or the kubelet says why.
+        PodsNotStarting => "PodsNotStarting",
     }
 }
 
@@ -488,6 +490,18 @@ string_enum! {
         SentinelPodDisruptionBudgetBlocksDrains => "SentinelPodDisruptionBudgetBlocksDrains",
         /// ConfigurationWarning=False: the warnings that stood are gone.
         NoConfigurationWarnings => "NoConfigurationWarnings",
+        /// PodsNotStarting=True: the scheduler finds no node for a pod (anti-affinity, an unbound
+        /// claim, resources).
+        PodUnschedulable => "PodUnschedulable",
+        /// PodsNotStarting=True: a container's image cannot be pulled.
+        ImagePullFailed => "ImagePullFailed",
+        /// PodsNotStarting=True: a container keeps exiting.
+        ContainerCrashLooping => "ContainerCrashLooping",
+        /// PodsNotStarting=True: a container cannot be created from its spec (a missing Secret
+        /// key, a bad mount).
+        ContainerConfigInvalid => "ContainerConfigInvalid",
+        /// PodsNotStarting=False: every pod that could not start has started or is gone.
+        PodsStarted => "PodsStarted",
     }
 }
 
@@ -544,7 +558,7 @@ mod tests {
 
     #[test]
     fn condition_types_and_reasons_round_trip() {
-        assert_eq!(ConditionType::ALL.len(), 14);
+        assert_eq!(ConditionType::ALL.len(), 15);
         for ty in ConditionType::ALL {
             assert_eq!(ty.as_str().parse::<ConditionType>(), Ok(*ty));
             assert_eq!(serde_json::to_value(ty).unwrap(), ty.as_str());

@@ -6,6 +6,7 @@
 //! [`storage`] compares the live data StatefulSet's claims with the rendered ones.
 
 pub mod advisory;
+pub mod pods;
 pub mod storage;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -15,6 +16,7 @@ pub use vko_roll::EventType;
 use vko_roll::RollState;
 
 use crate::advisory::Advisory;
+use crate::pods::PodProblem;
 use crate::storage::StorageConflict;
 
 /// Why the pass could not converge the spec.
@@ -62,6 +64,8 @@ pub struct Snapshot {
     pub sentinel_peers: Option<SentinelPeers>,
     /// The spec's configuration warnings ([`advisory::advisories`]).
     pub advisories: Vec<Advisory>,
+    /// The cluster's pods that cannot start, and why ([`pods::pod_problems`]).
+    pub pod_problems: Vec<PodProblem>,
 }
 
 /// The data StatefulSet's `volumeClaimTemplates` against the rendered ones in one pass.
@@ -639,6 +643,20 @@ pub fn desired_status(
             ),
         );
     }
+    if let Some((status, reason, message)) = pods_not_starting(&conditions, &snapshot.pod_problems)
+    {
+        set_condition(
+            &mut conditions,
+            condition(
+                ConditionType::PodsNotStarting,
+                status,
+                reason.as_str(),
+                message,
+                snapshot.generation,
+                &now,
+            ),
+        );
+    }
     let master_pod = snapshot
         .master
         .map(|ordinal| format!("{}-{ordinal}", snapshot.name))
@@ -685,21 +703,77 @@ fn configuration_warning(
     }
 }
 
+/// `PodsNotStarting`: True with one line per pod (the first one's reason); False once they have
+/// started or gone, written only on a cluster that had one.
+fn pods_not_starting(
+    conditions: &[Condition],
+    problems: &[PodProblem],
+) -> Option<(bool, ConditionReason, String)> {
+    match problems.first() {
+        Some(first) => Some((
+            true,
+            first.reason,
+            problems
+                .iter()
+                .map(PodProblem::line)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+        None => conditions
+            .iter()
+            .any(|c| c.type_ == ConditionType::PodsNotStarting.as_str() && c.status == "True")
+            .then(|| {
+                (
+                    false,
+                    ConditionReason::PodsStarted,
+                    "every pod of the cluster has started".to_owned(),
+                )
+            }),
+    }
+}
+
+/// One Warning Event per item whose `key` the previous status's `type_` condition (when True) does
+/// not contain: what stands is not repeated every pass.
+fn events_for_new<'a>(
+    old: Option<&ValkeyStatus>,
+    type_: ConditionType,
+    items: impl Iterator<Item = (ConditionReason, String, String)> + 'a,
+) -> Vec<EventSpec> {
+    let standing = find(old, type_)
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.as_str());
+    items
+        .filter(|(_, key, _)| !standing.is_some_and(|message| message.contains(key.as_str())))
+        .map(|(reason, _, note)| EventSpec {
+            type_: EventType::Warning,
+            reason: reason.as_str().to_owned(),
+            note,
+        })
+        .collect()
+}
+
 /// One Warning Event per configuration warning the previous status did not carry yet (a warning
 /// that stands is not repeated every pass, unlike the reference's PDB Events: ADR 0015).
 pub fn advisory_events(old: Option<&ValkeyStatus>, advisories: &[Advisory]) -> Vec<EventSpec> {
-    let standing = find(old, ConditionType::ConfigurationWarning)
-        .filter(|c| c.status == "True")
-        .map(|c| c.message.as_str());
-    advisories
-        .iter()
-        .filter(|advisory| !standing.is_some_and(|message| message.contains(&advisory.message)))
-        .map(|advisory| EventSpec {
-            type_: EventType::Warning,
-            reason: advisory.reason.as_str().to_owned(),
-            note: advisory.message.clone(),
-        })
-        .collect()
+    events_for_new(
+        old,
+        ConditionType::ConfigurationWarning,
+        advisories
+            .iter()
+            .map(|a| (a.reason, a.message.clone(), a.message.clone())),
+    )
+}
+
+/// One Warning Event per pod and reason that newly cannot start (a changed scheduler or kubelet
+/// message for the same pod and reason is not a new Event).
+pub fn pod_problem_events(old: Option<&ValkeyStatus>, problems: &[PodProblem]) -> Vec<EventSpec> {
+    events_for_new(
+        old,
+        ConditionType::PodsNotStarting,
+        problems
+            .iter()
+            .map(|p| (p.reason, format!("{}: {}:", p.pod, p.reason), p.line())),
+    )
 }
 
 /// The roll state as `status.rollingUpdate` (`None` when not rolling).
@@ -869,6 +943,7 @@ mod tests {
             labeled_masters: vec!["a-0".into()],
             sentinel_peers: None,
             advisories: Vec::new(),
+            pod_problems: Vec::new(),
         }
     }
 
@@ -1074,6 +1149,64 @@ mod tests {
             desired_status(None, &fresh, "v", at(3)).phase,
             Some(Phase::Error)
         );
+    }
+
+    #[test]
+    fn pods_not_starting_names_each_pod_and_warns_once_per_pod_and_reason() {
+        let problem = |pod: &str, reason, detail: &str| PodProblem {
+            pod: pod.to_owned(),
+            reason,
+            detail: detail.to_owned(),
+        };
+        let mut snapshot = standalone_ok();
+        snapshot.pod_problems = vec![problem(
+            "a-0",
+            ConditionReason::ImagePullFailed,
+            "container valkey ErrImagePull: no binaries",
+        )];
+        let first = desired_status(None, &snapshot, "v", at(1));
+        let condition = find(Some(&first), ConditionType::PodsNotStarting).unwrap();
+        assert_eq!(
+            (
+                condition.status.as_str(),
+                condition.reason.as_str(),
+                condition.message.as_str()
+            ),
+            (
+                "True",
+                "ImagePullFailed",
+                "a-0: ImagePullFailed: container valkey ErrImagePull: no binaries"
+            )
+        );
+        let events = pod_problem_events(None, &snapshot.pod_problems);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "ImagePullFailed");
+        // The kubelet's message changes (ErrImagePull ↔ ImagePullBackOff): no new Event.
+        snapshot.pod_problems[0].detail = "container valkey ImagePullBackOff".into();
+        assert_eq!(
+            pod_problem_events(Some(&first), &snapshot.pod_problems),
+            vec![]
+        );
+        // Another pod: one Event for it.
+        snapshot.pod_problems.push(problem(
+            "a-3",
+            ConditionReason::PodUnschedulable,
+            "0/3 nodes",
+        ));
+        let second = desired_status(Some(&first), &snapshot, "v", at(2));
+        let events = pod_problem_events(Some(&first), &snapshot.pod_problems);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].note, "a-3: PodUnschedulable: 0/3 nodes");
+        snapshot.pod_problems.clear();
+        let cleared = desired_status(Some(&second), &snapshot, "v", at(3));
+        let condition = find(Some(&cleared), ConditionType::PodsNotStarting).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "PodsStarted")
+        );
+        // Never had one: never written.
+        let never = desired_status(None, &standalone_ok(), "v", at(4));
+        assert!(find(Some(&never), ConditionType::PodsNotStarting).is_none());
     }
 
     #[test]
