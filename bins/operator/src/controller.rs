@@ -30,6 +30,7 @@ use crate::cache_sync::{self, SyncOutcome};
 use crate::dataplane::{self, DialConfig};
 use crate::error::Error;
 use crate::events::EventPublisher;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::roll;
 use crate::stores::{self, ManagedKind, Stores};
@@ -53,6 +54,9 @@ pub struct Context {
     pub events: EventPublisher,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
+    /// Asked before the pass and before every data-plane command (the API client asks it before
+    /// every write too).
+    pub leadership: Leadership,
     /// Consecutive failures per resource, for the backoff.
     failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
 }
@@ -64,6 +68,7 @@ impl Context {
         events: EventPublisher,
         config: OperatorConfig,
         metrics: Arc<Metrics>,
+        leadership: Leadership,
     ) -> Context {
         Context {
             client,
@@ -71,6 +76,7 @@ impl Context {
             events,
             config,
             metrics,
+            leadership,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -368,6 +374,8 @@ fn component_of(pod: &Pod) -> Option<&str> {
 /// The reconcile pass: a fixed list of named steps. A failed step is recorded in `problems` and
 /// the pass goes on; the most urgent problem becomes `ReconcileBlocked` and the pass's error.
 pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A pass that starts after the renew deadline passed (a resumed process) does nothing.
+    ctx.leadership.check("reconcile")?;
     ctx.metrics.reconciles.inc();
     let Some(target) = Target::of(&valkey, &ctx.config)? else {
         // Being deleted: the garbage collector removes the children through their ownerReferences.
@@ -839,6 +847,7 @@ async fn promote(
         (candidate, candidate_pod, fqdn_of(candidate)),
         &redirect,
         &plane.dial,
+        &pass.ctx.leadership,
     )
     .await
 }
@@ -866,6 +875,7 @@ async fn roll_step(
             .and_then(|sts| sts.spec.as_ref())
             .map(|spec| &spec.template),
         operator_image: &ctx.config.operator_image,
+        leadership: &ctx.leadership,
     };
     roll::step(&inputs).await
 }
@@ -1132,6 +1142,8 @@ pub struct RunOptions {
     /// cancelled then.
     pub sync_failure: Arc<std::sync::OnceLock<Vec<&'static str>>>,
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The leader gate (always open without `--leader-elect`).
+    pub leadership: Leadership,
 }
 
 /// Builds the watches and the Controller and runs it until `shutdown`.
@@ -1196,6 +1208,7 @@ pub async fn run(
         events,
         options.config,
         metrics,
+        options.leadership,
     ));
     let secret_valkeys = valkeys.clone();
     let shutdown = options.shutdown.clone();
@@ -1544,6 +1557,7 @@ mod tests {
                     prometheus_operator_present: false,
                 },
                 Arc::new(Metrics::new(None, "test")),
+                Leadership::unconditional(),
             ))
         }
 
