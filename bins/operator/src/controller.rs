@@ -1550,15 +1550,19 @@ mod tests {
                 client.clone(),
                 stores,
                 EventPublisher::new(client, "vko-operator", None),
-                OperatorConfig {
-                    operator_image: "vko.local/vko:dev".into(),
-                    cluster_domain: "cluster.local".into(),
-                    cert_manager_present: false,
-                    prometheus_operator_present: false,
-                },
+                context_config(),
                 Arc::new(Metrics::new(None, "test")),
                 Leadership::unconditional(),
             ))
+        }
+
+        fn context_config() -> OperatorConfig {
+            OperatorConfig {
+                operator_image: "vko.local/vko:dev".into(),
+                cluster_domain: "cluster.local".into(),
+                cert_manager_present: false,
+                prometheus_operator_present: false,
+            }
         }
 
         /// Runs one pass of `valkey` against `scenario`; the server's record once the pass ended.
@@ -1637,6 +1641,33 @@ mod tests {
             let event = played.one("/events");
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "SecretMissing");
+        }
+
+        /// A pass of an operator whose leader gate is closed (never renewed, or past its renew
+        /// deadline) fails with `NotLeader` before its first request.
+        #[tokio::test]
+        async fn a_pass_without_leadership_makes_no_request() {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = tokio::spawn(async move {
+                let mut requests = 0;
+                while handle.next_request().await.is_some() {
+                    requests += 1;
+                }
+                requests
+            });
+            let client = kube::Client::new(service, "default");
+            let (stores, _writers) = Stores::empty();
+            let ctx = Arc::new(Context::new(
+                client.clone(),
+                stores,
+                EventPublisher::new(client, "vko-operator", None),
+                context_config(),
+                Arc::new(Metrics::new(None, "test")),
+                Leadership::elected(Duration::from_secs(10)),
+            ));
+            let error = reconcile(Arc::new(test_valkey()), ctx).await.unwrap_err();
+            assert_eq!(error.reason(), ConditionReason::NotLeader);
+            assert_eq!(server.await.unwrap(), 0, "no request was made");
         }
 
         /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.
