@@ -209,11 +209,60 @@ fn leader_election_uses_the_configured_lease_namespace_or_none() {
     let role = find(&objects, "Role", "vko-valkey-operator-leader-election").unwrap();
     assert_eq!(role["metadata"]["namespace"], "default");
 
+    for flag in [
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
+    ] {
+        assert!(
+            args.as_array().unwrap().contains(&Value::from(flag)),
+            "{flag}"
+        );
+    }
+
     let objects = yaml_documents(&template(&["leaderElection.enabled=false"]).unwrap()).unwrap();
     let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(!args.contains("--leader-elect"), "{args}");
     assert!(!objects.iter().any(|object| object["kind"] == "Role"));
+}
+
+/// Timings under which a leader could still act while another takes over are refused at render
+/// time, naming the values.
+#[test]
+fn leader_election_timings_that_would_overlap_are_refused() {
+    let refused = [
+        (
+            [
+                "leaderElection.leaseDurationSeconds=10",
+                "leaderElection.renewDeadlineSeconds=10",
+            ],
+            "renewDeadlineSeconds must be less than leaderElection.leaseDurationSeconds",
+        ),
+        (
+            [
+                "leaderElection.renewDeadlineSeconds=10",
+                "leaderElection.retryPeriodSeconds=10",
+            ],
+            "retryPeriodSeconds must be at least 1 and less than",
+        ),
+    ];
+    for (values, message) in refused {
+        let error = template(&values).unwrap_err().to_string();
+        assert!(error.contains(message), "{values:?}: {error}");
+    }
+    let objects = yaml_documents(
+        &template(&[
+            "leaderElection.leaseDurationSeconds=60",
+            "leaderElection.renewDeadlineSeconds=40",
+            "leaderElection.retryPeriodSeconds=5",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let deployment = find(&objects, "Deployment", "vko-valkey-operator").unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--leader-elect-renew-deadline=40s"), "{args}");
 }
 
 #[test]

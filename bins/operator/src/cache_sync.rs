@@ -119,7 +119,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     .ok_or_else(|| format!("{text:?} is not a duration like 120s, 2m or 1h"))?;
     if seconds == 0 {
-        return Err("the cache sync timeout must be more than zero".to_owned());
+        return Err("a duration must be more than zero".to_owned());
     }
     Ok(Duration::from_secs(seconds))
 }

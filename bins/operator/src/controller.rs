@@ -30,6 +30,7 @@ use crate::cache_sync::{self, SyncOutcome};
 use crate::dataplane::{self, DialConfig};
 use crate::error::Error;
 use crate::events::EventPublisher;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::roll;
 use crate::stores::{self, ManagedKind, Stores};
@@ -53,6 +54,9 @@ pub struct Context {
     pub events: EventPublisher,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
+    /// Asked before the pass and before every data-plane command (the API client asks it before
+    /// every write too).
+    pub leadership: Leadership,
     /// Consecutive failures per resource, for the backoff.
     failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
 }
@@ -64,6 +68,7 @@ impl Context {
         events: EventPublisher,
         config: OperatorConfig,
         metrics: Arc<Metrics>,
+        leadership: Leadership,
     ) -> Context {
         Context {
             client,
@@ -71,6 +76,7 @@ impl Context {
             events,
             config,
             metrics,
+            leadership,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -368,6 +374,8 @@ fn component_of(pod: &Pod) -> Option<&str> {
 /// The reconcile pass: a fixed list of named steps. A failed step is recorded in `problems` and
 /// the pass goes on; the most urgent problem becomes `ReconcileBlocked` and the pass's error.
 pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A pass that starts after the renew deadline passed (a resumed process) does nothing.
+    ctx.leadership.check("reconcile")?;
     ctx.metrics.reconciles.inc();
     let Some(target) = Target::of(&valkey, &ctx.config)? else {
         // Being deleted: the garbage collector removes the children through their ownerReferences.
@@ -839,6 +847,7 @@ async fn promote(
         (candidate, candidate_pod, fqdn_of(candidate)),
         &redirect,
         &plane.dial,
+        &pass.ctx.leadership,
     )
     .await
 }
@@ -866,6 +875,7 @@ async fn roll_step(
             .and_then(|sts| sts.spec.as_ref())
             .map(|spec| &spec.template),
         operator_image: &ctx.config.operator_image,
+        leadership: &ctx.leadership,
     };
     roll::step(&inputs).await
 }
@@ -1146,6 +1156,8 @@ pub struct RunOptions {
     /// cancelled then.
     pub sync_failure: Arc<std::sync::OnceLock<Vec<&'static str>>>,
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The leader gate (always open without `--leader-elect`).
+    pub leadership: Leadership,
 }
 
 /// Builds the watches and the Controller and runs it until `shutdown`.
@@ -1210,6 +1222,7 @@ pub async fn run(
         events,
         options.config,
         metrics,
+        options.leadership,
     ));
     let secret_valkeys = valkeys.clone();
     let shutdown = options.shutdown.clone();
@@ -1556,14 +1569,19 @@ mod tests {
                 client.clone(),
                 stores,
                 EventPublisher::new(client, "vko-operator", None),
-                OperatorConfig {
-                    operator_image: "vko.local/vko:dev".into(),
-                    cluster_domain: "cluster.local".into(),
-                    cert_manager_present: false,
-                    prometheus_operator_present: false,
-                },
+                context_config(),
                 Arc::new(Metrics::new(None, "test")),
+                Leadership::unconditional(),
             ))
+        }
+
+        fn context_config() -> OperatorConfig {
+            OperatorConfig {
+                operator_image: "vko.local/vko:dev".into(),
+                cluster_domain: "cluster.local".into(),
+                cert_manager_present: false,
+                prometheus_operator_present: false,
+            }
         }
 
         /// Runs one pass of `valkey` against `scenario`; the server's record once the pass ended.
@@ -1651,6 +1669,33 @@ mod tests {
             let event = played.one("/events");
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "SecretMissing");
+        }
+
+        /// A pass of an operator whose leader gate is closed (never renewed, or past its renew
+        /// deadline) fails with `NotLeader` before its first request.
+        #[tokio::test]
+        async fn a_pass_without_leadership_makes_no_request() {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let server = tokio::spawn(async move {
+                let mut requests = 0;
+                while handle.next_request().await.is_some() {
+                    requests += 1;
+                }
+                requests
+            });
+            let client = kube::Client::new(service, "default");
+            let (stores, _writers) = Stores::empty();
+            let ctx = Arc::new(Context::new(
+                client.clone(),
+                stores,
+                EventPublisher::new(client, "vko-operator", None),
+                context_config(),
+                Arc::new(Metrics::new(None, "test")),
+                Leadership::elected(Duration::from_secs(10)),
+            ));
+            let error = reconcile(Arc::new(test_valkey()), ctx).await.unwrap_err();
+            assert_eq!(error.reason(), ConditionReason::NotLeader);
+            assert_eq!(server.await.unwrap(), 0, "no request was made");
         }
 
         /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.

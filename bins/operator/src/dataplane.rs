@@ -14,6 +14,7 @@ use vko_valkey::parse::{LinkStatus, ReplicationRole};
 use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
 
 use crate::error::Error;
+use crate::leader::Leadership;
 
 /// The host a held server replicates from (ADR 0005): it never resolves.
 pub const HOLD_HOST: &str = "vko-hold.invalid";
@@ -223,6 +224,7 @@ pub async fn promote(
     candidate: (u32, &Pod, &str),
     redirect: &[(u32, &Pod, &str)],
     dial: &DialConfig,
+    leadership: &Leadership,
 ) -> Result<(), Error> {
     let (ordinal, pod, fqdn) = candidate;
     let pod_name = format!("{name}-{ordinal}");
@@ -239,6 +241,10 @@ pub async fn promote(
         ValkeyClient::connect(&dial.options(&ip, dial.valkey_port, dial.password.as_ref(), fqdn))
             .await
             .map_err(|e| data_plane("connect", e))?;
+    if let Err(refused) = leadership.check("REPLICAOF NO ONE") {
+        client.close().await;
+        return Err(refused);
+    }
     client
         .replicaof_no_one()
         .await
@@ -259,17 +265,30 @@ pub async fn promote(
         let Ok(ip) = pod_ip_if_running(other_pod) else {
             continue;
         };
+        let other_name = format!("{name}-{other}");
+        let failed = |action, source| Error::DataPlane {
+            action,
+            pod: other_name.clone(),
+            source,
+        };
         let result = async {
             let client =
                 ValkeyClient::connect(&dial.options(&ip, port, dial.password.as_ref(), other_fqdn))
-                    .await?;
-            let result = client.replicaof(fqdn, port).await;
+                    .await
+                    .map_err(|e| failed("connect", e))?;
+            let result = match leadership.check("REPLICAOF") {
+                Ok(()) => client
+                    .replicaof(fqdn, port)
+                    .await
+                    .map_err(|e| failed("REPLICAOF", e)),
+                Err(refused) => Err(refused),
+            };
             client.close().await;
             result
         }
         .await;
         if let Err(error) = result {
-            tracing::warn!(pod = %format!("{name}-{other}"), %error, "could not point the replica at the promoted master");
+            tracing::warn!(pod = %other_name, %error, "could not point the replica at the promoted master");
         }
     }
     Ok(())

@@ -92,6 +92,17 @@ pub enum Error {
     #[error("rendered object is unusable: {0}")]
     InvalidObject(String),
 
+    /// The leader gate refused an action: the renew deadline of the leader Lease passed (or the
+    /// Lease was lost, or never held), so another operator may be acting (ADR 0017).
+    #[error(
+        "not the leader: {action} refused (the leader Lease was not renewed within the renew deadline)"
+    )]
+    NotLeader { action: &'static str },
+
+    /// Leader-election flags that would let two operators act at once.
+    #[error("leader election: {0}")]
+    LeaderElectionTimings(String),
+
     /// One or more steps of the pass failed; the first (most important) one is kept.
     #[error("{count} step(s) of the reconcile failed, first: {first}")]
     StepsFailed { count: usize, first: Box<Error> },
@@ -116,6 +127,8 @@ impl Error {
             Error::EventPublish(_) => ConditionReason::EventPublishFailed,
             Error::DataPlane { .. } => ConditionReason::DataPlaneCommandFailed,
             Error::PromotionRefused { .. } => ConditionReason::PromotionFailed,
+            Error::NotLeader { .. } => ConditionReason::NotLeader,
+            Error::LeaderElectionTimings(_) => ConditionReason::InvalidArgument,
             Error::StepsFailed { first, .. } => first.reason(),
         }
     }

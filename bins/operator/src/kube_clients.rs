@@ -1,10 +1,15 @@
-//! The operator's two API clients: every call has a deadline (`vko_api::consts::kube_api`),
-//! except the watches, which must stay open while nothing changes.
+//! The operator's API clients: every call has a deadline (`vko_api::consts::kube_api`), except
+//! the watches, which must stay open while nothing changes; every write but the Lease's passes
+//! the leader gate ([`Leadership`]) right before it leaves the process.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use kube::client::ClientBuilder;
 use vko_api::consts::kube_api::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+
+use crate::error::Error;
+use crate::leader::Leadership;
 
 /// One client for the watches, one with a response deadline for everything else.
 #[derive(Clone)]
@@ -12,40 +17,135 @@ pub struct KubeClients {
     /// Reflectors and the Controller's Valkey watch: no response timeout (an idle watch is bounded
     /// by kube-runtime's watcher, which reconnects after the server's watch timeout).
     pub watch: kube::Client,
-    /// GET, server-side apply, status, Events, the Lease: each response within
-    /// [`RESPONSE_TIMEOUT`], so a hung API server fails the call instead of stalling it.
+    /// GET, server-side apply, status, Events, deletions: each response within
+    /// [`RESPONSE_TIMEOUT`], so a hung API server fails the call instead of stalling it; a
+    /// request that is not a read is refused in the process while the gate is closed.
     pub request: kube::Client,
+    /// The Lease's own reads and writes (the elector opens the gate with them): deadlines, no gate.
+    pub lease: kube::Client,
+}
+
+/// Whether an HTTP method only reads (get, list, watch, discovery).
+fn is_read(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
 }
 
 impl KubeClients {
-    /// Both clients from the inferred configuration (in-cluster token or KUBECONFIG).
-    pub async fn infer() -> anyhow::Result<KubeClients> {
+    /// The clients from the inferred configuration (in-cluster token or KUBECONFIG).
+    pub async fn infer(leadership: Leadership) -> anyhow::Result<KubeClients> {
         let config = kube::Config::infer()
             .await
             .context("reading the Kubernetes client configuration")?;
-        KubeClients::with_deadlines(config, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+        KubeClients::with_deadlines(config, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, leadership)
     }
 
     fn with_deadlines(
         mut config: kube::Config,
         connect: Duration,
         response: Duration,
+        leadership: Leadership,
     ) -> anyhow::Result<KubeClients> {
         config.connect_timeout = Some(connect);
         let watch = kube::Client::try_from(config.clone()).context("building the watch client")?;
         config.read_timeout = Some(response);
         // The deadline counts from the request, not from when its pooled connection went idle.
         config.reset_reader_on_write = true;
-        let request = kube::Client::try_from(config).context("building the request client")?;
-        Ok(KubeClients { watch, request })
+        let lease = kube::Client::try_from(config.clone()).context("building the Lease client")?;
+        let gate =
+            tower::filter::FilterLayer::new(move |request: http::Request<kube::client::Body>| {
+                if is_read(request.method()) || leadership.may_act() {
+                    Ok(request)
+                } else {
+                    Err(Error::NotLeader {
+                        action: "API write",
+                    })
+                }
+            });
+        let request = ClientBuilder::try_from(config)
+            .context("building the request client")?
+            .with_layer(&gate)
+            .build();
+        Ok(KubeClients {
+            watch,
+            request,
+            lease,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+
     use super::*;
+
+    /// With the gate closed (an elected operator that never renewed, or one past its renew
+    /// deadline), a write fails in the process: the API server never sees a connection for it.
+    /// Reads still go out; the Lease client is not gated.
+    #[tokio::test]
+    async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(socket);
+            }
+        });
+        let clients = KubeClients::with_deadlines(
+            kube::Config::new(url),
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Leadership::elected(Duration::from_secs(10)),
+        )
+        .unwrap();
+        let config_maps: Api<ConfigMap> = Api::namespaced(clients.request.clone(), "ns");
+        let written = config_maps
+            .create(&PostParams::default(), &ConfigMap::default())
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{written:?}").contains("NotLeader"),
+            "refused by the gate: {written:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            0,
+            "the write never left"
+        );
+
+        assert!(
+            config_maps.get("a").await.is_err(),
+            "the hung server answers nothing"
+        );
+        assert_eq!(connections.load(Ordering::SeqCst), 1, "the read went out");
+        let leases: Api<ConfigMap> = Api::namespaced(clients.lease.clone(), "ns");
+        assert!(
+            leases
+                .create(&PostParams::default(), &ConfigMap::default())
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            2,
+            "the Lease client writes regardless of the gate"
+        );
+    }
 
     /// An API server that accepts connections and never answers: the request client gives up
     /// after its response deadline; the watch client (no deadline) is still waiting.
@@ -65,6 +165,7 @@ mod tests {
             kube::Config::new(url),
             Duration::from_secs(1),
             Duration::from_millis(300),
+            Leadership::unconditional(),
         )
         .unwrap();
 

@@ -15,6 +15,7 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use vko_operator::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
+use vko_operator::leader::Leadership;
 use vko_operator::metrics::Metrics;
 use vko_operator::{cache_sync, controller, kube_clients, leader, migrate};
 
@@ -59,6 +60,16 @@ struct Args {
     /// Namespace of the leader Lease (default: the pod's namespace, else `default`).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
+    /// How long a standby waits, after it last saw the Lease change, before taking it over.
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = cache_sync::parse_duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader acts after the start of its last successful renewal; must be shorter
+    /// than the Lease duration (the operator refuses to start otherwise).
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = cache_sync::parse_duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How often the leader renews and a standby looks at the Lease; shorter than the renew deadline.
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = cache_sync::parse_duration)]
+    leader_elect_retry_period: std::time::Duration,
     /// How long the watches may take to list after leadership is taken (default as
     /// controller-runtime's CacheSyncTimeout) (`120s`, `2m`, `1h`);
     /// then the operator names the pending ones, releases the Lease and exits non-zero.
@@ -182,8 +193,19 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
     vko_valkey::install_default_crypto_provider();
+    let timings = leader::Timings::new(
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )?;
 
-    let clients = kube_clients::KubeClients::infer()
+    // `migrate` is a one-shot hook, never elected; the operator acts only while it leads.
+    let leadership = if args.leader_elect && args.command.is_none() {
+        Leadership::elected(timings.renew_deadline())
+    } else {
+        Leadership::unconditional()
+    };
+    let clients = kube_clients::KubeClients::infer(leadership.clone())
         .await
         .context("connecting to the Kubernetes API")?;
     let client = clients.request.clone();
@@ -223,33 +245,51 @@ async fn main() -> anyhow::Result<()> {
         )
     });
     let stop_renewing = CancellationToken::new();
+    let lost_lease: Arc<OnceLock<leader::Lost>> = Arc::new(OnceLock::new());
     let elector = if args.leader_elect {
         let namespace = args
             .leader_election_namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into());
-        let elector = leader::Elector::new(client.clone(), &namespace, identity.clone());
-        tracing::info!(%namespace, %identity, "waiting for leadership");
+        let elector = leader::Elector::new(
+            clients.lease.clone(),
+            &namespace,
+            identity.clone(),
+            timings,
+            leadership.clone(),
+        );
+        tracing::info!(
+            %namespace,
+            %identity,
+            lease_duration_seconds = timings.lease_duration().as_secs(),
+            renew_deadline_seconds = timings.renew_deadline().as_secs(),
+            retry_period_seconds = timings.retry_period().as_secs(),
+            "waiting for leadership"
+        );
         tokio::select! {
             _ = elector.acquire() => {}
             _ = shutdown.cancelled() => return Ok(()),
         }
         tracing::info!(%identity, "leading");
-        let lost = shutdown.clone();
+        let stop = shutdown.clone();
         let holder = elector.clone();
-        let stop = stop_renewing.clone();
+        let stopped_renewing = stop_renewing.clone();
+        let lost_slot = lost_lease.clone();
+        let ready_flag = ready.clone();
         tokio::spawn(async move {
             // Renew while the controller may still reconcile, but not after `release` (a renewal
             // then would take the Lease back).
-            tokio::select! {
-                _ = holder.hold() => {}
-                _ = stop.cancelled() => return,
-            }
-            if !lost.is_cancelled() {
-                tracing::error!("lost the leader Lease; stopping");
-                lost.cancel();
-            }
+            let lost = tokio::select! {
+                lost = holder.hold() => lost,
+                _ = stopped_renewing.cancelled() => return,
+            };
+            // The gate is already closed (`hold` closed it): nothing more is written or
+            // commanded; the process stops like client-go's, and its Deployment restarts it.
+            ready_flag.store(false, Ordering::SeqCst);
+            let _ = lost_slot.set(lost);
+            tracing::error!(?lost, "lost the leader Lease; stopping");
+            stop.cancel();
         });
         Some(elector)
     } else {
@@ -280,6 +320,7 @@ async fn main() -> anyhow::Result<()> {
             cache_sync_timeout: args.cache_sync_timeout,
             sync_failure: sync_failure.clone(),
             shutdown: shutdown.clone(),
+            leadership,
         },
     );
     tokio::pin!(controller);
@@ -307,8 +348,11 @@ async fn main() -> anyhow::Result<()> {
             Err(error) => tracing::warn!(%error, "HTTP server task failed"),
         }
     }
-    // Non-zero so the kubelet restarts the pod: a fresh process (new connections, new watches)
-    // instead of a leader that holds the Lease without ever becoming ready.
+    // Non-zero so the kubelet restarts the pod: a fresh process (new connections, new watches,
+    // no stale "I lead" state) that stands by until it holds the Lease again.
+    if let Some(lost) = lost_lease.get() {
+        anyhow::bail!("lost the leader Lease ({lost:?}); exiting to rejoin the election afresh");
+    }
     if let Some(pending) = sync_failure.get() {
         anyhow::bail!(
             "the watches of {} did not list within {}s",
@@ -338,6 +382,45 @@ mod tests {
     }
 
     #[test]
+    fn a_renew_deadline_not_shorter_than_the_lease_is_refused_with_the_flag_names() {
+        let args = Args::parse_from([
+            "vko-operator",
+            "--leader-elect-lease-duration",
+            "10s",
+            "--leader-elect-renew-deadline",
+            "10s",
+        ]);
+        let error = leader::Timings::new(
+            args.leader_elect_lease_duration,
+            args.leader_elect_renew_deadline,
+            args.leader_elect_retry_period,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("--leader-elect-renew-deadline (10s) must be shorter than --leader-elect-lease-duration (10s)"),
+            "{error}"
+        );
+        let args = Args::parse_from([
+            "vko-operator",
+            "--leader-elect-lease-duration",
+            "1m",
+            "--leader-elect-renew-deadline",
+            "40s",
+            "--leader-elect-retry-period",
+            "5s",
+        ]);
+        assert!(
+            leader::Timings::new(
+                args.leader_elect_lease_duration,
+                args.leader_elect_renew_deadline,
+                args.leader_elect_retry_period,
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
     fn flags_have_the_documented_defaults() {
         let args = Args::parse_from(["vko-operator"]);
         assert_eq!(args.operator_image, "vko.local/vko:dev");
@@ -348,6 +431,13 @@ mod tests {
         assert!(!args.leader_elect);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.cache_sync_timeout, std::time::Duration::from_secs(120));
+        let timings = leader::Timings::new(
+            args.leader_elect_lease_duration,
+            args.leader_elect_renew_deadline,
+            args.leader_elect_retry_period,
+        )
+        .unwrap();
+        assert_eq!(timings, leader::Timings::default());
         let args = Args::parse_from(["vko-operator", "--cache-sync-timeout", "5m"]);
         assert_eq!(args.cache_sync_timeout, std::time::Duration::from_secs(300));
         assert!(Args::try_parse_from(["vko-operator", "--cache-sync-timeout", "0"]).is_err());

@@ -32,6 +32,7 @@ use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
 
 use crate::dataplane::{self, DIAL_TIMEOUT, DialConfig};
 use crate::error::Error;
+use crate::leader::Leadership;
 use crate::stores::Stores;
 
 /// Requeue while a roll is in flight: the machine moves one step per pass.
@@ -69,6 +70,8 @@ pub struct RollInputs<'a> {
     /// the operator image in it: to tell a sidecar-image-only change on a single pod.
     pub rendered_data_template: Option<&'a PodTemplateSpec>,
     pub operator_image: &'a str,
+    /// Asked right before every deletion and command (a leader past its renew deadline stops).
+    pub leadership: &'a Leadership,
 }
 
 pub fn now() -> Millis {
@@ -211,14 +214,24 @@ pub struct PodDial<'a> {
     dial: &'a DialConfig,
     /// Pod name → IP of every running pod of the cluster.
     ips: BTreeMap<String, String>,
+    /// The switchover asks it before each step it cannot take back.
+    leadership: &'a Leadership,
 }
 
 impl<'a> PodDial<'a> {
-    pub fn new(dial: &'a DialConfig, pods: impl Iterator<Item = &'a Arc<Pod>>) -> PodDial<'a> {
+    pub fn new(
+        dial: &'a DialConfig,
+        pods: impl Iterator<Item = &'a Arc<Pod>>,
+        leadership: &'a Leadership,
+    ) -> PodDial<'a> {
         let ips = pods
             .filter_map(|pod| Some((pod.name_any(), dataplane::pod_ip_if_running(pod).ok()?)))
             .collect();
-        PodDial { dial, ips }
+        PodDial {
+            dial,
+            ips,
+            leadership,
+        }
     }
 
     fn options(
@@ -255,6 +268,12 @@ impl Dial for PodDial<'_> {
     async fn sentinel(&self, at: &Address) -> vko_valkey::Result<SentinelClient> {
         let options = self.options(at, self.dial.sentinel_password.as_ref())?;
         SentinelClient::connect(&options).await
+    }
+
+    fn may_proceed(&self, step: &'static str) -> Result<(), String> {
+        self.leadership
+            .check(step)
+            .map_err(|refused| refused.to_string())
     }
 }
 
@@ -474,6 +493,7 @@ async fn delete_pod(inputs: &RollInputs<'_>, pod: &Pod) -> Result<(), Error> {
     let pod_name = pod.name_any();
     let uid = pod.uid().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(inputs.client.clone(), inputs.namespace);
+    inputs.leadership.check("pod deletion")?;
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.clone()),
@@ -526,6 +546,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
     let dial = PodDial::new(
         inputs.dial,
         inputs.data_pods.values().chain(inputs.sentinel_pods.iter()),
+        inputs.leadership,
     );
     let world = observe(inputs, &dial).await?;
     let recorded = recorded_state(inputs.valkey);
@@ -605,6 +626,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                 pod: from_pod.clone(),
                 source,
             };
+            inputs.leadership.check("switchover")?;
             let old = dial
                 .valkey(&old_address)
                 .await
@@ -652,6 +674,10 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                 pod: pod.clone(),
                 source,
             })?;
+            if let Err(refused) = inputs.leadership.check("REPLICAOF") {
+                client.close().await;
+                return Err(refused);
+            }
             let result = client
                 .replicaof(&inputs.names.data_pod_fqdn(*replica_of), port)
                 .await;

@@ -449,6 +449,9 @@ string_enum! {
         StatusWriteFailed => "StatusWriteFailed",
         /// Reason of a failed pass (metrics label): publishing an Event failed.
         EventPublishFailed => "EventPublishFailed",
+        /// Reason of a failed pass (metrics label): the operator's leader gate refused to act (its
+        /// Lease renewal is older than the renew deadline); nothing was written.
+        NotLeader => "NotLeader",
         /// ReconcileBlocked=True: a data-plane command (promotion, redirection) failed.
         DataPlaneCommandFailed => "DataPlaneCommandFailed",
         /// ReconcileBlocked=True: a promotion could not be carried out or verified.

@@ -52,6 +52,20 @@ impl fmt::Display for Address {
 pub trait Dial: Sync {
     fn valkey(&self, at: &Address) -> impl Future<Output = Result<ValkeyClient>> + Send;
     fn sentinel(&self, at: &Address) -> impl Future<Output = Result<SentinelClient>> + Send;
+
+    /// Asked right before each step that changes a server and is not a rollback (`pause`,
+    /// `sentinel-failover`, `promote`); `Err(why)` ends the switchover like a failed step (unpause,
+    /// the old master keeps its role). Once a new master is promoted, the demotion of the old
+    /// one and the unpause always run: stopping there would leave two masters. The operator
+    /// refuses once its leader Lease may have passed to another operator; the default allows.
+    fn may_proceed(&self, step: &'static str) -> std::result::Result<(), String> {
+        let _ = step;
+        Ok(())
+    }
+}
+
+fn proceed<D: Dial>(dial: &D, step: &'static str) -> Result<()> {
+    dial.may_proceed(step).map_err(|why| failed(step, why))
 }
 
 /// Who promotes the new master.
@@ -150,6 +164,7 @@ pub async fn switchover<D: Dial>(
         tracing::warn!(step = "check", master = %old_address, "master without an online replica; nothing to hand over to");
         return Ok(Outcome::NoReplica);
     }
+    proceed(dial, "pause")?;
     let paused = Paused::start(old, settings).await?;
     let result = match promoter {
         Promoter::Sentinel {
@@ -378,6 +393,11 @@ async fn with_sentinel<D: Dial>(
             }
         };
         if asked.is_none() {
+            if let Err(refused) = proceed(dial, "sentinel-failover") {
+                clients.push(Some(client));
+                close_sentinels(clients).await;
+                return Err(refused);
+            }
             match client.failover(name).await {
                 Ok(()) => asked = Some(sentinel.clone()),
                 Err(Error::FailoverInProgress(_)) => asked = Some(sentinel.clone()),
@@ -490,6 +510,7 @@ async fn direct<D: Dial>(
             .client(&target)
             .await
             .map_err(|e| failed("promote", e.to_string()))?;
+        proceed(dial, "promote")?;
         // REPLICAOF NO ONE may run and the check fail: two masters until the operator resolves
         // it, but the old one keeps every write it acknowledged, so nothing acknowledged is lost.
         client
