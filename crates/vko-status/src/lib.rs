@@ -422,6 +422,7 @@ pub fn desired_status(
         .roll
         .as_ref()
         .and_then(|roll| Some((roll.phase.clone()?, roll.summary.clone())));
+    let rolling = rolling_phase.is_some();
     let (phase, message) = match (&snapshot.blocked, rolling_phase) {
         // A fresh cluster waiting for its Secret (cert-manager still issuing, the auth Secret not
         // created yet) is being provisioned, not broken: the reference's phase and message.
@@ -444,28 +445,15 @@ pub fn desired_status(
     let mut conditions = current
         .and_then(|status| status.conditions.clone())
         .unwrap_or_default();
-    set_condition(
-        &mut conditions,
-        if verdict.ready {
-            condition(
-                ConditionType::Ready,
-                true,
-                ConditionReason::ClusterReady.as_str(),
-                verdict.message.clone(),
-                snapshot.generation,
-                &now,
-            )
-        } else {
-            condition(
-                ConditionType::Ready,
-                false,
-                ConditionReason::ClusterNotReady.as_str(),
-                verdict.message.clone(),
-                snapshot.generation,
-                &now,
-            )
-        },
-    );
+    // A roll in flight keeps Ready at its pre-roll value (the reference's contract: a planned pod
+    // replacement is not the data plane failing; the phase says "Rolling Update i/n").
+    let keep_ready = rolling
+        && conditions
+            .iter()
+            .any(|c| c.type_ == ConditionType::Ready.as_str());
+    if !keep_ready {
+        set_ready(&mut conditions, &verdict, snapshot.generation, &now);
+    }
     set_condition(
         &mut conditions,
         match &snapshot.blocked {
@@ -672,6 +660,31 @@ pub fn desired_status(
         observed_generation: snapshot.generation,
         rolling_update,
     }
+}
+
+/// `Ready` from the data-plane verdict.
+fn set_ready(
+    conditions: &mut Vec<Condition>,
+    verdict: &Verdict,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let (status, reason) = if verdict.ready {
+        (true, ConditionReason::ClusterReady)
+    } else {
+        (false, ConditionReason::ClusterNotReady)
+    };
+    set_condition(
+        conditions,
+        condition(
+            ConditionType::Ready,
+            status,
+            reason.as_str(),
+            verdict.message.clone(),
+            generation,
+            now,
+        ),
+    );
 }
 
 /// `ConfigurationWarning`: True naming every warning (the first one's reason); False once they are
@@ -1109,6 +1122,51 @@ mod tests {
         assert_eq!(blocked.observed_generation, Some(3));
         assert_eq!(status.master_pod.as_deref(), Some("a-0"));
         assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_roll_in_flight_keeps_ready_at_its_pre_roll_value() {
+        let before = desired_status(None, &standalone_ok(), "v", at(1));
+        let mut rolling = standalone_ok();
+        // The pod being replaced: not ready, not answering.
+        rolling.ready_pods = 0;
+        rolling.probes = vec![probe(0, ProbeState::Unreachable("gone".into()))];
+        rolling.roll = Some(rolling_decision());
+        let during = desired_status(Some(&before), &rolling, "v", at(2));
+        assert_eq!(
+            find(Some(&during), ConditionType::Ready),
+            find(Some(&before), ConditionType::Ready),
+            "Ready is the pre-roll value while the roll is in flight"
+        );
+        assert_eq!(transition_events(Some(&before), &during), vec![]);
+        // The roll over (no phase from the machine): Ready is the data plane's again.
+        rolling.roll = None;
+        let after = desired_status(Some(&during), &rolling, "v", at(3));
+        let ready = find(Some(&after), ConditionType::Ready).unwrap();
+        assert_eq!(ready.status, "False");
+        // A first pass that is already rolling has no pre-roll value: it writes the truth.
+        rolling.roll = Some(rolling_decision());
+        let fresh = desired_status(None, &rolling, "v", at(4));
+        assert!(find(Some(&fresh), ConditionType::Ready).is_some());
+    }
+
+    /// The machine waiting for a replaced pod, mid-roll.
+    fn rolling_decision() -> vko_roll::Decision {
+        vko_roll::Decision {
+            action: vko_roll::Action::Wait {
+                reason: vko_roll::WaitReason::PodRecreation,
+                pod: None,
+                deadline: vko_roll::Millis(10_000),
+            },
+            state: RollState::default(),
+            phase: Some(Phase::RollingUpdate {
+                current: 1,
+                total: 1,
+            }),
+            summary: "rolling".into(),
+            conditions: Vec::new(),
+            events: Vec::new(),
+        }
     }
 
     #[test]
