@@ -25,10 +25,7 @@
 //! Because of that election the operator pod may wait for other test binaries' operators to give
 //! up the Lease before it becomes Ready; the wait is printed.
 
-#[path = "helm_support.rs"]
-mod helm_support;
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::{helm_support, operator_support};
 
 use std::time::{Duration, Instant};
 

@@ -10,8 +10,7 @@
 //!
 //! Restarts the testbed's API server (the fault API); needs the `vko.local/vko` image mapping.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,7 @@
 //! again without touching the StatefulSet, the repeat counted on the same Event; an empty or blank
 //! password is refused (`PasswordUnusable`), by the operator and by a data pod's sidecar.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

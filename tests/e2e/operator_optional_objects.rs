@@ -9,8 +9,7 @@
 //! `rbac_least_privilege`. cert-manager and the Prometheus-Operator are not installed, only stand-in
 //! CRDs of their kinds (the operator only writes those objects; nothing acts on them here).
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -11,11 +11,7 @@
 //! The tests run one at a time (a lock): they measure on a 2-core machine.
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
+use vko_e2e::{ha_support, operator_support};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -187,10 +187,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     || {
                         let args = [
                             "--test",
-                            "helm_uninstall_crd",
+                            "e2e",
                             "--",
                             "--ignored",
                             "--nocapture",
+                            "helm_uninstall_crd::",
                         ]
                         .map(String::from);
                         cargo_e2e(&root, &args, &[]).context("helm_uninstall_crd failed")
@@ -271,10 +272,11 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
 fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
     let args = [
         "--test",
-        "rbac_least_privilege",
+        "e2e",
         "--",
         "--ignored",
         "--nocapture",
+        "rbac_least_privilege::",
     ]
     .map(String::from);
     let verdict_file =
