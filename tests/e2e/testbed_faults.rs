@@ -3,8 +3,10 @@
 //! the node lifecycle controller with their processes gone, a paused server stops answering until
 //! resumed, and a watch survives an API-server restart.
 //!
-//! The tests run one at a time (the node and API-server faults would disturb the others), and pin
-//! their pods to nodes so the stopped node carries only its own test's pod.
+//! The stopped-node and API-server tests are `exclusive_` (they would disturb every other test on
+//! the testbed, so `cargo xtask test` runs them alone); the tests of this file run one at a time
+//! among themselves, and pin their pods to nodes so the stopped node carries only its own test's
+//! pod.
 
 use std::time::Duration;
 
@@ -298,8 +300,10 @@ impl Drop for StartNodeOnDrop {
     }
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): stopping node-3 SIGKILLs every container on it,
+/// other tests' pods included.
 #[tokio::test]
-async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
+async fn exclusive_a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
@@ -369,8 +373,10 @@ async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
     namespace.cleanup().await.unwrap();
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): while the API server restarts, every other test's
+/// requests fail.
 #[tokio::test]
-async fn a_watch_survives_an_api_server_restart() {
+async fn exclusive_a_watch_survives_an_api_server_restart() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
