@@ -1,7 +1,7 @@
 //! The end-to-end tests against the testbed: ONE test binary, a module per area
-//! (`tests/e2e/<area>.rs`), the support they share in the `vko-e2e` library (`tests/src`). A test's
-//! name is `<area>::<test>`, so `cargo test -p vko-e2e --features e2e --test e2e -- operator_roll::`
-//! runs one area.
+//! (`tests/e2e/<area>.rs`), the support they share in the `vko-e2e` library (`tests/src`). A
+//! test's name is `<area>::<test>`, so
+//! `cargo test -p vko-e2e --features e2e --test e2e -- operator_roll::` runs one area.
 //!
 //! Tests run concurrently (libtest's `--test-threads`; `cargo xtask test --e2e-threads`) and share
 //! one testbed, one CRD and one operator process (`operator_support`); each works in namespaces of
@@ -9,8 +9,9 @@
 //! node, restarts the API server, needs another operator than the shared one to lead the shared
 //! Lease, or needs a fresh operator. `cargo xtask test` runs the others with `--skip exclusive_`,
 //! then the `exclusive_` ones one at a time (`--test-threads=1`), then the ignored RBAC check over
-//! the whole suite's audit log and `helm_uninstall_crd` (alone, last). By hand, run `exclusive_`
-//! tests with `--test-threads=1` and nothing else on the testbed.
+//! the whole suite's audit log and `helm_uninstall_crd` (alone, last). By hand: the others with
+//! `--skip exclusive_`, the `exclusive_` ones with `--test-threads=1` and nothing else on the
+//! testbed.
 //!
 //! A new area: `tests/e2e/<area>.rs` plus `mod <area>;` below (support via `use vko_e2e::...`).
 
