@@ -35,8 +35,8 @@ pub struct Args {
 }
 
 /// The concurrent pass's `--test-threads`. The tests' pods are real processes on the 2 cores, and
-/// several tests assert timing (a new master within 15 s); measured on the 2-core machine (see
-/// README "Run the tests").
+/// several tests assert timing (a new master within 15 s). Measured on the 2-core machine: README,
+/// the paragraph after `cargo xtask test`.
 pub const DEFAULT_E2E_THREADS: usize = 2;
 /// A test whose name contains this needs the testbed to itself (`tests/e2e/main.rs`: by convention
 /// the test's name starts with it). libtest's `--skip` matches substrings, and the exclusive pass
