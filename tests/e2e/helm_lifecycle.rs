@@ -19,16 +19,17 @@
 //! cluster-wide and shared with every concurrently running test (`helm uninstall` would delete it
 //! and every Valkey in the cluster). That uninstall removes the CRD, the Valkeys' children but not
 //! their PVCs is proven by `helm_uninstall_crd` (run alone, last). The operator takes part in the
-//! same leader election as the host-process operators of other test binaries (Lease
+//! same leader election as the host-process operators of the other tests (Lease
 //! `default/vko-operator-leader`, `leaderElection.namespace=default`) and runs the image tag `dev`,
 //! the host operators' `--operator-image`, so whichever operator leads renders identical pods.
-//! Because of that election the operator pod may wait for other test binaries' operators to give
-//! up the Lease before it becomes Ready; the wait is printed.
+//!
+//! The test is `exclusive_` (`cargo xtask test` runs it alone): the shared host operator holds the
+//! Lease for as long as any other operator test runs, so the pod would not become Ready; while the
+//! pod leads it reconciles every Valkey, and the upgrade and the rollback restart it. An operator
+//! of an earlier test may still hold the Lease until it expires (a SIGKILLed one does not give it
+//! up); the wait is printed.
 
-#[path = "helm_support.rs"]
-mod helm_support;
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::{helm_support, operator_support};
 
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ const FULLNAME: &str = "vko-helm-valkey-operator";
 /// The Lease every e2e operator shares (see the module documentation).
 const LEASE_NAMESPACE: &str = "default";
 const LEASE_NAME: &str = "vko-operator-leader";
-/// Other test binaries' operators may hold the Lease for as long as their tests run.
+/// An earlier test's operator may hold the Lease until it expires or that test ends.
 const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(1200);
 
 fn base_values() -> Vec<&'static str> {
@@ -139,8 +140,9 @@ async fn strip_stored_defaults(ns: &str) -> anyhow::Result<(Vec<String>, serde_j
     Ok((missing, read))
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): see the module documentation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn install_reconcile_upgrade_with_migrate_rollback_uninstall() {
+async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();

@@ -5,8 +5,8 @@
 //!
 //! DESTRUCTIVE on a shared testbed: deleting the CRD deletes every Valkey of every test running at
 //! the same time. It is therefore `#[ignore]`d in the suite's parallel run; `cargo xtask test` runs
-//! it on its own after every other test binary, and by hand it is run only on a testbed nobody else
-//! uses: `cargo test -p vko-e2e --features e2e --test helm_uninstall_crd -- --ignored`. At the end
+//! it on its own after every other test, and by hand it is run only on a testbed nobody else uses:
+//! `cargo test -p vko-e2e --features e2e --test e2e -- --ignored helm_uninstall_crd::`. At the end
 //! it installs the CRD again (as the other tests do), so the testbed is usable afterwards.
 //!
 //! The CRD the other tests installed exists already; helm adopts it into the release through the
@@ -14,10 +14,7 @@
 //! `meta.helm.sh/release-name/-namespace`), which is also how an operator installed without helm
 //! is moved under a release.
 
-#[path = "helm_support.rs"]
-mod helm_support;
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::{helm_support, operator_support};
 
 use std::time::Duration;
 
@@ -32,7 +29,7 @@ use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
 const RELEASE: &str = "vko-crd";
-/// Only other test binaries' operators could hold the Lease; this test runs alone.
+/// Only an operator of an earlier test could still hold the Lease; this test runs alone.
 const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Names of the objects in `namespace` controlled by the Valkey with `uid`.

@@ -10,8 +10,7 @@
 //!
 //! Restarts the testbed's API server (the fault API); needs the `vko.local/vko` image mapping.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::time::{Duration, Instant};
 
@@ -98,8 +97,11 @@ async fn timeline(
     })
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): while the API server restarts, every other test's
+/// requests fail, and the operator's share is compared with a fresh one's on an otherwise idle
+/// operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_valkey_created_after_an_api_server_restart_is_reconciled_promptly() {
+async fn exclusive_a_valkey_created_after_an_api_server_restart_is_reconciled_promptly() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();

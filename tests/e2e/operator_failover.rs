@@ -10,14 +10,11 @@
 //!   master (their key count never drops below what they had confirmed) and every confirmed write
 //!   survives.
 //!
-//! The tests run one at a time (a lock): they measure timing on a 2-core machine.
+//! The tests run one at a time among themselves (a lock): they measure timing on a 2-core machine
+//! (tests of other areas still run alongside, `--test-threads` at once in all).
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
+use vko_e2e::{ha_support, operator_support};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

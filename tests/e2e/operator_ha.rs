@@ -10,11 +10,7 @@
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
+use vko_e2e::{ha_support, operator_support};
 
 use std::time::Duration;
 

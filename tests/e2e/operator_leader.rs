@@ -9,12 +9,8 @@
 //! and the cluster must end OK with exactly one master.
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
-
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
+//! Exclusive (`cargo xtask test` runs it alone): its two operators contend for the shared e2e
+//! Lease, which the shared operator of the other tests holds.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -31,6 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use operator_support::{chart_dir, http_status, install_crd, wait_for_valkey};
 use vko_api::Valkey;
+use vko_e2e::{ha_support, operator_support};
 use vko_testbed::harness::{
     E2E_LEASE_NAMESPACE, TestNamespace, Testbed, apply_yaml, chart_operator_rbac,
     install_operator_rbac, wait_until,
@@ -324,7 +321,7 @@ fn describe(request: &Request) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_resumes() {
+async fn exclusive_a_leader_stopped_past_its_lease_writes_nothing_after_it_resumes() {
     let testbed = Testbed::from_env().await.unwrap();
     let admin = testbed.client();
     install_crd(&admin).await.unwrap();

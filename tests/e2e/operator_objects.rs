@@ -10,8 +10,7 @@
 //! pod that cannot start (no such image, hard anti-affinity with more pods than nodes, no such
 //! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

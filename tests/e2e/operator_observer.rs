@@ -9,8 +9,7 @@
 //!
 //! The observer has no API access: it finds every pod by its DNS name, as in a real cluster.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::time::Duration;
 

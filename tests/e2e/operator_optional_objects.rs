@@ -9,8 +9,7 @@
 //! `rbac_least_privilege`. cert-manager and the Prometheus-Operator are not installed, only stand-in
 //! CRDs of their kinds (the operator only writes those objects; nothing acts on them here).
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -114,8 +113,12 @@ async fn wait_for_foreign(
     .await
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): the operator looks for the two API groups once,
+/// when it starts leading, so it must be started after the stand-in CRDs are installed (a shared
+/// operator already running for other tests would never see them); and the stand-ins come and go
+/// under every other test's operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
+async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_off() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     operator_support::install_crd(&client).await.unwrap();
@@ -239,7 +242,7 @@ async fn optional_objects_come_with_their_settings_and_go_when_turned_off() {
     assert!(off.3.is_subset(&on.3));
 
     namespace.cleanup().await.unwrap();
-    // Leave no stand-in CRDs for later tests (the operator of another test binary would see them).
+    // Leave no stand-in CRDs for later tests (an operator started after this would see them).
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (group, _, _, plural) in FOREIGN_CRDS {
         let _ = crds

@@ -8,14 +8,12 @@
 //! `bench_roll` (ignored; `cargo xtask bench roll` runs it) repeats rolls and prints the total
 //! roll time and the writer's gap at each master switchover.
 //!
-//! The tests run one at a time (a lock): they measure on a 2-core machine.
+//! The tests run concurrently with the rest of the suite (`--test-threads` at once), so their
+//! MEASURED lines are taken under that load; `cargo xtask bench roll` measures alone. The two that
+//! need their own operator to lead are `exclusive_` (`cargo xtask test` runs them alone).
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
+use vko_e2e::{ha_support, operator_support};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,8 +31,6 @@ use kube::runtime::watcher;
 use operator_support::{http_status, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The shape of one cluster under test.
 #[derive(Clone, Copy, Debug)]
@@ -400,7 +396,6 @@ fn ms(d: Duration) -> u128 {
 
 /// One roll of `shape` in its own namespace, with every assertion of the issue.
 async fn roll_case(prefix: &str, shape: Shape) -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().await;
     let testbed = Testbed::from_env().await?;
     let client = testbed.client();
     install_crd(&client).await?;
@@ -510,7 +505,6 @@ async fn one_data_three_sentinels_roll_without_losing_a_write() {
 /// the lossless roll of the data tier (the Sentinel tier keeps its pods), under the writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write() {
-    let _serial = SERIAL.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();
@@ -647,8 +641,9 @@ impl OwnOperator {
         })
     }
 
-    /// Waits until this operator leads (another test binary's operator may hold the lease for
-    /// minutes on a shared testbed; the roll goes on under whichever operator leads).
+    /// Waits until this operator leads (an earlier operator may hold the lease until it expires,
+    /// another process's for minutes on a shared testbed; the roll goes on under whichever
+    /// operator leads).
     async fn leading(&self) -> anyhow::Result<()> {
         let port = self.port;
         eventually(
@@ -676,9 +671,12 @@ impl Drop for OwnOperator {
 /// The reference's single-pod exception: a sidecar-image-only change (a new operator image) on a
 /// one-pod cluster is not rolled — SidecarUpdatePending=True names the pod and the pod keeps
 /// running; once something else restarts the pod it runs the new image and the condition clears.
+///
+/// Exclusive (`cargo xtask test` runs it alone): its own operator must lead the shared Lease, so
+/// the shared one must be stopped (no other test using it), and while it leads it would render
+/// every other test's Valkey with the `next` sidecar image, a roll of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sidecar_only_change_on_a_single_pod_is_deferred_with_sidecar_update_pending() {
-    let _serial = SERIAL.lock().await;
+async fn exclusive_a_sidecar_only_change_on_a_single_pod_is_deferred_with_sidecar_update_pending() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();
@@ -782,9 +780,12 @@ async fn a_sidecar_only_change_on_a_single_pod_is_deferred_with_sidecar_update_p
 /// resumes from `status.rollingUpdate` (under whichever operator next holds the shared Lease),
 /// never has two pods of a tier terminating at once, and completes without losing an
 /// acknowledged write.
+///
+/// Exclusive (`cargo xtask test` runs it alone): its own operators must lead the shared Lease, so
+/// the shared one must be stopped (no other test using it), and each kill would stall the
+/// reconciling of every other test's Valkey.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_roll_survives_the_operator_being_killed_three_times() {
-    let _serial = SERIAL.lock().await;
+async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();
@@ -897,7 +898,6 @@ async fn a_roll_survives_the_operator_being_killed_three_times() {
 /// naming the pod and never touches the master; fixing the spec lets it finish by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fixed() {
-    let _serial = SERIAL.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();
@@ -1037,7 +1037,6 @@ async fn bench_roll() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let _serial = SERIAL.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     install_crd(&client).await.unwrap();

@@ -8,8 +8,7 @@
 //! Needs the testbed to map the operator image `vko.local/vko:dev` to the workspace's built
 //! binaries (`vko-testbed serve --image vko.local/vko=<target/debug>`), with `vko-sidecar` built.
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::time::Duration;
 

@@ -29,14 +29,7 @@
 //! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
-
-#[path = "ha_support.rs"]
-mod ha_support;
-
-#[path = "tls_support.rs"]
-mod tls_support;
+use vko_e2e::{ha_support, operator_support, tls_support};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

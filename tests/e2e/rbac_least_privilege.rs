@@ -12,7 +12,7 @@
 //!
 //! It must run AFTER the rest of the suite, so it is `#[ignore]`d in the suite's own run;
 //! `cargo xtask test` runs it last. By hand, against the running testbed after some operator tests:
-//! `cargo test -p vko-e2e --features e2e --test rbac_least_privilege -- --ignored --nocapture`;
+//! `cargo test -p vko-e2e --features e2e --test e2e -- --ignored --nocapture rbac_least_privilege::`;
 //! `VKO_RBAC_AUDIT_SINCE=2026-11-30T17:12:00Z` limits it to the requests received since then (a
 //! long-lived testbed's log may hold requests made under an older ClusterRole).
 

@@ -4,8 +4,10 @@
 //! resumed, a node whose heartbeats paused gets its pods Ready again from its kubelet once they
 //! resume, and a watch survives an API-server restart.
 //!
-//! The tests run one at a time (the node and API-server faults would disturb the others), and pin
-//! their pods to nodes so the stopped node carries only its own test's pod.
+//! The stopped-node, paused-heartbeat and API-server tests are `exclusive_` (they would disturb every other test on
+//! the testbed, so `cargo xtask test` runs them alone); the tests of this file run one at a time
+//! among themselves, and pin their pods to nodes so the stopped node carries only its own test's
+//! pod.
 
 use std::time::{Duration, Instant};
 
@@ -329,8 +331,10 @@ async fn wait_node_ready(
     .await
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): stopping node-3 SIGKILLs every container on it,
+/// other tests' pods included.
 #[tokio::test]
-async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
+async fn exclusive_a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
@@ -404,9 +408,11 @@ async fn a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gone() {
 
 /// What a real kubelet's status manager does: the node lifecycle controller sets `Ready=False` on the
 /// pods of a node that missed its heartbeats; when the node is back, its kubelet writes the status
-/// it computed (Ready, the container never stopped) over the controller's.
+/// it computed (Ready, the container never stopped) over the controller's. Exclusive (`cargo xtask
+/// test` runs it alone): the node controller marks every pod on the node NotReady, other tests'
+/// pods included.
 #[tokio::test]
-async fn a_nodes_pods_are_ready_again_once_its_paused_heartbeats_resume() {
+async fn exclusive_a_nodes_pods_are_ready_again_once_its_paused_heartbeats_resume() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
@@ -480,8 +486,10 @@ async fn a_nodes_pods_are_ready_again_once_its_paused_heartbeats_resume() {
     namespace.cleanup().await.unwrap();
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): while the API server restarts, every other test's
+/// requests fail.
 #[tokio::test]
-async fn a_watch_survives_an_api_server_restart() {
+async fn exclusive_a_watch_survives_an_api_server_restart() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();

@@ -6,8 +6,7 @@
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
 //! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-#[path = "operator_support.rs"]
-mod operator_support;
+use vko_e2e::operator_support;
 
 use std::time::Duration;
 

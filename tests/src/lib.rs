@@ -1,1 +1,18 @@
-//! End-to-end tests against the testbed live in `tests/e2e/`; this crate only hosts them.
+//! Support of the end-to-end tests, shared by their areas: the tests themselves are one test binary
+//! (`e2e`, `tests/e2e/main.rs`, a module per area in `tests/e2e/<area>.rs`) that runs against the
+//! testbed. Behind the `e2e` feature like the binary, so plain `cargo test --workspace` builds none
+//! of it.
+
+/// A minimal RESP client, pod-IP resolution and the writers of the Sentinel HA tests.
+#[cfg(feature = "e2e")]
+pub mod ha_support;
+/// Real helm against the testbed, the in-cluster operator's pod and raw etcd access.
+#[cfg(feature = "e2e")]
+pub mod helm_support;
+/// The operator under test as a host process shared by the tests of the binary, with the chart's
+/// RBAC.
+#[cfg(feature = "e2e")]
+pub mod operator_support;
+/// Certificates for the TLS tests.
+#[cfg(feature = "e2e")]
+pub mod tls_support;

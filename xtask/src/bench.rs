@@ -193,11 +193,11 @@ fn bench_roll(rolls: u32) -> anyhow::Result<()> {
                 "--features",
                 "e2e",
                 "--test",
-                "operator_roll",
+                "e2e",
                 "--",
                 "--ignored",
                 "--exact",
-                "bench_roll",
+                "operator_roll::bench_roll",
                 "--nocapture",
             ])
             .current_dir(&root)

@@ -1,8 +1,9 @@
 //! `cargo xtask test`: the README's test command. On a fresh machine (root, Rust, Go, Debian apt) it
 //! installs the prerequisites, builds everything, checks the chart's alert rules with promtool, runs
-//! the unit tests, starts a testbed, runs the end-to-end tests against it, then the RBAC
-//! least-privilege check over the whole suite's audit log, and ALWAYS takes the testbed down and
-//! checks nothing was left behind; then builds the image (`cargo xtask image`).
+//! the unit tests, starts a testbed, runs the end-to-end tests against it (those that can share the
+//! testbed concurrently, then the `exclusive_` ones alone), then the RBAC least-privilege check over
+//! the whole suite's audit log, and ALWAYS takes the testbed down and checks nothing was left
+//! behind; then builds the image (`cargo xtask image`).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,10 +24,26 @@ pub struct Args {
     /// Skip `cargo xtask image` (the release build and the image, run after the testbed is down).
     #[arg(long)]
     skip_image: bool,
-    /// Extra arguments for the end-to-end `cargo test` (for example a test name filter).
+    /// How many end-to-end tests run at once in the concurrent pass (libtest's `--test-threads`);
+    /// the `exclusive_` tests run one at a time after it.
+    #[arg(long, default_value_t = DEFAULT_E2E_THREADS)]
+    e2e_threads: usize,
+    /// Extra arguments for the end-to-end `cargo test`, for cargo and after a `--` for the test
+    /// binary (for example a test name filter: `-- operator_roll::`, or `-- -- a:: b::`).
     #[arg(last = true)]
     e2e_args: Vec<String>,
 }
+
+/// The concurrent pass's `--test-threads`. The tests' pods are real processes on the 2 cores, and
+/// several tests assert timing (a new master within 15 s). Measured on the 2-core machine: README,
+/// the paragraph after `cargo xtask test`.
+pub const DEFAULT_E2E_THREADS: usize = 2;
+/// A test whose name contains this needs the testbed to itself (`tests/e2e/main.rs`: by convention
+/// the test's name starts with it). libtest's `--skip` matches substrings, and the exclusive pass
+/// selects by the same match, so every test runs in exactly one of the two passes.
+const EXCLUSIVE_MARKER: &str = "exclusive_";
+/// The one end-to-end test binary (`tests/Cargo.toml`).
+const E2E_TEST_BINARY: &str = "e2e";
 
 /// promtool (`cargo xtask alerts`) and the Debian package that ships it: bookworm's `prometheus`
 /// (2.42). The package also installs the Prometheus server as a service, which the install must not
@@ -171,11 +188,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         });
         if testbed_up {
+            let threads = args.e2e_threads;
+            let e2e_args = E2eArgs::parse(&args.e2e_args);
             steps.run(
-                "end-to-end tests: cargo test -p vko-e2e --features e2e",
-                || run_e2e(&root, &args.e2e_args),
+                &format!("end-to-end tests, {threads} at once (all but {EXCLUSIVE_MARKER})"),
+                || run_concurrent_pass(&root, &e2e_args?, threads),
             );
-            // After every other test binary: the audit log now holds the whole suite's requests.
+            let e2e_args = E2eArgs::parse(&args.e2e_args);
+            steps.run(
+                &format!("end-to-end tests, the {EXCLUSIVE_MARKER} ones alone"),
+                || run_exclusive_pass(&root, &e2e_args?),
+            );
+            // After every other test: the audit log now holds the whole suite's requests.
             if args.e2e_args.is_empty() {
                 steps.run(
                     "RBAC least privilege: the suite's audit log vs the chart's ClusterRole",
@@ -187,10 +211,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     || {
                         let args = [
                             "--test",
-                            "helm_uninstall_crd",
+                            "e2e",
                             "--",
                             "--ignored",
                             "--nocapture",
+                            "helm_uninstall_crd::",
                         ]
                         .map(String::from);
                         cargo_e2e(&root, &args, &[]).context("helm_uninstall_crd failed")
@@ -262,8 +287,94 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
-    cargo_e2e(root, extra_args, &[]).context("end-to-end tests failed")
+/// The end-to-end arguments of `cargo xtask test -- <args>`: cargo's (before a `--`) and the test
+/// binary's (after it).
+#[derive(Debug, Clone, PartialEq)]
+struct E2eArgs {
+    cargo: Vec<String>,
+    libtest: Vec<String>,
+}
+
+impl E2eArgs {
+    fn parse(args: &[String]) -> anyhow::Result<E2eArgs> {
+        let (cargo, libtest) = match args.iter().position(|arg| arg == "--") {
+            Some(separator) => (&args[..separator], &args[separator + 1..]),
+            None => (args, &[][..]),
+        };
+        if let Some(threads) = libtest.iter().find(|arg| arg.starts_with("--test-threads")) {
+            bail!(
+                "{threads}: the concurrent pass takes `cargo xtask test --e2e-threads <n>`, the \
+                 {EXCLUSIVE_MARKER} pass always runs one test at a time"
+            );
+        }
+        Ok(E2eArgs {
+            cargo: cargo.to_vec(),
+            libtest: libtest.to_vec(),
+        })
+    }
+
+    /// Every target of vko-e2e (the support's own unit tests too), all but the exclusive tests,
+    /// `threads` at once.
+    fn concurrent_pass(&self, threads: usize) -> Vec<String> {
+        let mut args = self.cargo.clone();
+        args.extend([
+            "--".to_owned(),
+            "--skip".to_owned(),
+            EXCLUSIVE_MARKER.to_owned(),
+        ]);
+        args.push(format!("--test-threads={threads}"));
+        args.extend(self.libtest.iter().cloned());
+        args
+    }
+
+    /// The names of the tests the user's arguments select (`--list`), to pick the exclusive ones.
+    fn listing(&self) -> Vec<String> {
+        let mut args = self.cargo.clone();
+        args.extend(
+            ["--test", E2E_TEST_BINARY, "--", "--list", "--format=terse"].map(String::from),
+        );
+        args.extend(self.libtest.iter().cloned());
+        args
+    }
+
+    /// Exactly `tests`, one at a time. The user's filters selected them already (the listing);
+    /// with `--exact` they match no other test.
+    fn exclusive_pass(&self, tests: &[String]) -> Vec<String> {
+        let mut args = self.cargo.clone();
+        args.extend(["--test", E2E_TEST_BINARY, "--", "--test-threads=1"].map(String::from));
+        args.extend(self.libtest.iter().cloned());
+        if !self.libtest.iter().any(|arg| arg == "--exact") {
+            args.push("--exact".to_owned());
+        }
+        args.extend(tests.iter().cloned());
+        args
+    }
+}
+
+/// The exclusive tests in a `--list --format=terse` output (`<name>: test` lines).
+fn exclusive_tests(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .filter(|name| name.contains(EXCLUSIVE_MARKER))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn run_concurrent_pass(root: &Path, args: &E2eArgs, threads: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(threads > 0, "--e2e-threads must be at least 1");
+    cargo_e2e(root, &args.concurrent_pass(threads), &[]).context("end-to-end tests failed")
+}
+
+fn run_exclusive_pass(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
+    let listing = cargo_e2e_output(root, &args.listing())?;
+    let tests = exclusive_tests(&listing);
+    if tests.is_empty() {
+        println!("no {EXCLUSIVE_MARKER} test selected");
+        return Ok(());
+    }
+    println!("one at a time: {}", tests.join(", "));
+    cargo_e2e(root, &args.exclusive_pass(&tests), &[]).context("exclusive end-to-end tests failed")
 }
 
 /// `rbac_least_privilege` is `#[ignore]`d in the suite's own run (it must see the whole suite's audit
@@ -271,10 +382,11 @@ fn run_e2e(root: &Path, extra_args: &[String]) -> anyhow::Result<()> {
 fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
     let args = [
         "--test",
-        "rbac_least_privilege",
+        "e2e",
         "--",
         "--ignored",
         "--nocapture",
+        "rbac_least_privilege::",
     ]
     .map(String::from);
     let verdict_file =
@@ -313,10 +425,42 @@ fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
 
 /// `cargo test -p vko-e2e --features e2e <extra_args>` against the running testbed.
 fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyhow::Result<()> {
+    println!(
+        "cargo test -p vko-e2e --features e2e {}",
+        extra_args.join(" ")
+    );
+    let status = e2e_command(root, extra_args)
+        .envs(envs.iter().copied())
+        .status()
+        .context("running cargo test -p vko-e2e")?;
+    if !status.success() {
+        bail!("cargo test -p vko-e2e {} ({status})", extra_args.join(" "));
+    }
+    Ok(())
+}
+
+/// As [`cargo_e2e`], returning what the test binary printed (cargo's own output still shows).
+fn cargo_e2e_output(root: &Path, extra_args: &[String]) -> anyhow::Result<String> {
+    let output = e2e_command(root, extra_args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo test -p vko-e2e")?;
+    if !output.status.success() {
+        bail!(
+            "cargo test -p vko-e2e {} ({})",
+            extra_args.join(" "),
+            output.status
+        );
+    }
+    String::from_utf8(output.stdout).context("cargo test -p vko-e2e printed no UTF-8")
+}
+
+fn e2e_command(root: &Path, extra_args: &[String]) -> Command {
     let paths = Paths::from_env();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        // --no-fail-fast: one failing test binary must not hide the results of the others.
+    let mut command = Command::new(cargo);
+    command
+        // --no-fail-fast: one failing test target must not hide the results of the others.
         .args([
             "test",
             "--no-fail-fast",
@@ -326,7 +470,6 @@ fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyh
             "e2e",
         ])
         .args(extra_args)
-        .envs(envs.iter().copied())
         .current_dir(root)
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
@@ -334,13 +477,8 @@ fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyh
         .env(
             vko_testbed::harness::HELM_BIN_ENV,
             crate::helm::helm_binary(),
-        )
-        .status()
-        .context("running cargo test -p vko-e2e")?;
-    if !status.success() {
-        bail!("cargo test -p vko-e2e {} ({status})", extra_args.join(" "));
-    }
-    Ok(())
+        );
+    command
 }
 
 /// Installs what `cargo xtask test` needs (the testbed's commands and promtool), only when
@@ -608,6 +746,83 @@ mod tests {
                 "{command}"
             );
         }
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_concurrent_pass_skips_the_exclusive_tests_and_keeps_the_users_arguments() {
+        let args = E2eArgs::parse(&[]).unwrap();
+        assert_eq!(
+            args.concurrent_pass(3),
+            strings(&["--", "--skip", "exclusive_", "--test-threads=3"])
+        );
+        let args = E2eArgs::parse(&strings(&["operator_roll::", "--", "--nocapture"])).unwrap();
+        assert_eq!(
+            args.concurrent_pass(2),
+            strings(&[
+                "operator_roll::",
+                "--",
+                "--skip",
+                "exclusive_",
+                "--test-threads=2",
+                "--nocapture"
+            ])
+        );
+    }
+
+    #[test]
+    fn the_exclusive_pass_runs_exactly_the_listed_exclusive_tests_one_at_a_time() {
+        let listing = "crd_admission::crd_admission: test\n\
+            operator_roll::exclusive_a_roll_survives_the_operator_being_killed_three_times: test\n\
+            testbed_faults::exclusive_a_watch_survives_an_api_server_restart: test\n\
+            operator_roll::bench_roll: bench\n";
+        let tests = exclusive_tests(listing);
+        assert_eq!(
+            tests,
+            strings(&[
+                "operator_roll::exclusive_a_roll_survives_the_operator_being_killed_three_times",
+                "testbed_faults::exclusive_a_watch_survives_an_api_server_restart",
+            ])
+        );
+        let args = E2eArgs::parse(&strings(&["--", "testbed_", "--nocapture"])).unwrap();
+        assert_eq!(
+            args.listing(),
+            strings(&[
+                "--test",
+                "e2e",
+                "--",
+                "--list",
+                "--format=terse",
+                "testbed_",
+                "--nocapture"
+            ])
+        );
+        let mut expected = strings(&[
+            "--test",
+            "e2e",
+            "--",
+            "--test-threads=1",
+            "testbed_",
+            "--nocapture",
+            "--exact",
+        ]);
+        expected.extend(tests.iter().cloned());
+        assert_eq!(args.exclusive_pass(&tests), expected);
+        // A user's --exact is not repeated (libtest refuses a flag given twice).
+        let args = E2eArgs::parse(&strings(&["--", "--exact", "a::b"])).unwrap();
+        let pass = args.exclusive_pass(&tests);
+        assert_eq!(pass.iter().filter(|arg| *arg == "--exact").count(), 1);
+    }
+
+    #[test]
+    fn test_threads_are_refused_in_the_users_arguments() {
+        let error = E2eArgs::parse(&strings(&["--", "--test-threads=4"])).unwrap_err();
+        assert!(error.to_string().contains("--e2e-threads"), "{error}");
+        // Before the separator it is cargo's business (and cargo has no such flag).
+        assert!(E2eArgs::parse(&strings(&["crd_admission"])).is_ok());
     }
 
     #[test]

@@ -3,8 +3,6 @@
 //! resolution, the master as Sentinel names it, writers that record every acknowledged key, and
 //! the valkey-server SIGKILL of a pod.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;

@@ -1,8 +1,6 @@
 //! Certificates for the TLS end-to-end tests (`operator_tls`, `operator_metrics`): a CA and pod
 //! certificates for every host name and Service a Valkey's clients may dial, made with rcgen.
 
-#![allow(dead_code)]
-
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,

@@ -1,13 +1,12 @@
-//! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one per
-//! test binary, shared by its tests, stopped with SIGTERM when the last test using it ends), and
-//! small helpers to read a `Valkey`'s status.
+//! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one for
+//! the whole test binary, shared by every test that runs at the same time, stopped with SIGTERM
+//! when the last test using it ends and started again by the next one), and small helpers to read
+//! a `Valkey`'s status.
 //!
 //! The operator runs with the testbed's `operator.kubeconfig` (user `vko-e2e-operator`, no groups)
 //! and the chart's ClusterRole and leader-election Role bound to that user, so every operator test
 //! runs on exactly the chart's RBAC: a missing rule fails the test (the request is refused), and the
 //! audit log records what the operator used (`rbac_least_privilege`).
-
-#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -44,7 +43,7 @@ pub fn chart_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/valkey-operator")
 }
 
-/// Whether this test binary already applied the chart's RBAC (once is enough; the objects stay).
+/// Whether this process already applied the chart's RBAC (once is enough; the objects stay).
 static RBAC_INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// The chart's operator RBAC, bound to the operator's user (see the module documentation).
@@ -77,6 +76,10 @@ struct Shared {
     child: Option<Child>,
     health_port: u16,
     log_path: Option<PathBuf>,
+    /// How many operator processes this test binary started (names each one's log).
+    starts: usize,
+    /// A test that used this operator process failed: its log stays.
+    keep_log: bool,
 }
 
 static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
@@ -84,6 +87,8 @@ static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
     child: None,
     health_port: 0,
     log_path: None,
+    starts: 0,
+    keep_log: false,
 });
 
 /// A use of the shared operator process; the process stops when the last guard drops (also on
@@ -118,8 +123,12 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
                 );
             }
             let port = free_port()?;
-            let log_path =
-                std::env::temp_dir().join(format!("vko-operator-e2e-{}.log", std::process::id()));
+            shared.starts += 1;
+            let log_path = std::env::temp_dir().join(format!(
+                "vko-operator-e2e-{}-{}.log",
+                std::process::id(),
+                shared.starts
+            ));
             let log = std::fs::File::create(&log_path)?;
             let child = Command::new(&binary)
                 .args([
@@ -146,13 +155,14 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
             shared.child = Some(child);
             shared.log_path = Some(log_path);
             shared.health_port = port;
+            shared.keep_log = false;
         }
         shared.users += 1;
         shared.health_port
     };
     let guard = OperatorGuard { health_port: port };
     wait_until(
-        "the operator's /readyz (it is ready once it leads; other test binaries' operators may hold the lease)",
+        "the operator's /readyz (it is ready once it leads; another operator may hold the lease)",
         Duration::from_secs(900),
         || async move {
             Ok(http_status(port, "/readyz")
@@ -172,12 +182,14 @@ impl Drop for OperatorGuard {
             return;
         };
         shared.users = shared.users.saturating_sub(1);
+        // The log stays when any test that used this process failed (it is named on stderr at
+        // start), also when a passing test is the last to let go of it.
+        shared.keep_log |= std::thread::panicking();
         if shared.users > 0 {
             return;
         }
-        // The log stays only when a test failed (it is named on stderr at start).
         if let Some(log_path) = shared.log_path.take()
-            && !std::thread::panicking()
+            && !shared.keep_log
         {
             let _ = std::fs::remove_file(log_path);
         }

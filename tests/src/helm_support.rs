@@ -3,9 +3,8 @@
 //! stores for a `Valkey` (the API server fills CRD defaults into everything it returns, so only etcd
 //! shows whether a default is stored).
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -20,6 +19,14 @@ use vko_testbed::harness::{HELM_BIN_ENV, helm_binary};
 const ETCD: &str = "http://127.0.0.1:12379";
 /// Where the API server keeps `Valkey` objects in etcd (`--etcd-prefix` is the default /registry).
 const VALKEY_KEY_PREFIX: &str = "/registry/vko.gtrfc.com/valkeys";
+
+/// A private HELM_* home under the temp directory, unique within this process: tests that run at
+/// the same time must not share one (each removes its own when it is done).
+fn private_home(what: &str) -> PathBuf {
+    static HOMES: AtomicUsize = AtomicUsize::new(0);
+    let n = HOMES.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("vko-helm-e2e-{what}{}-{n}", std::process::id()))
+}
 
 /// helm with the testbed's kubeconfig and a private HELM_* home (removed on drop).
 pub struct Helm {
@@ -37,7 +44,7 @@ impl Helm {
                 binary.display()
             );
         }
-        let home = std::env::temp_dir().join(format!("vko-helm-e2e-{}", std::process::id()));
+        let home = private_home("");
         std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
         Ok(Helm {
             binary,
@@ -101,7 +108,7 @@ impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         // Blocking on purpose: Drop cannot await, and the uninstall must finish before the
         // namespaces go. `--ignore-not-found`: a passing test uninstalled it already.
-        let home = std::env::temp_dir().join(format!("vko-helm-e2e-guard-{}", std::process::id()));
+        let home = private_home("guard-");
         let _ = std::process::Command::new(&self.binary)
             .args(["uninstall", &self.release, "--namespace", &self.namespace])
             .args(["--ignore-not-found", "--wait", "--timeout", "60s"])
