@@ -544,9 +544,12 @@ async fn apply(
     }
     let stores = &ctx.stores;
     let mut report = apply::apply_objects(&ctx.client, namespace, uid, &desired, |kind, object| {
-        stores.meta(kind, namespace, object)
+        stores.object(kind, namespace, object)
     })
     .await;
+    if !report.applied.is_empty() {
+        tracing::debug!(%namespace, %name, applied = ?report.applied, unchanged = report.unchanged.len(), "applied changed objects");
+    }
     let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
     let stale = apply::stale_objects(&stores.all_in(namespace), &wanted, &keep, uid);
     apply::delete_objects(&ctx.client, namespace, &stale, &mut report).await;
@@ -1405,6 +1408,16 @@ mod tests {
             /// back), then the status patch and the Warning Event, and nothing else (no pod is
             /// dialled, the roll does not run).
             MissingAuthSecret,
+            /// Any request is answered (a pass that only builds the state a later scenario
+            /// starts from).
+            Setup,
+            /// Every object is live as applied and the status is current: not one request.
+            SteadyState,
+            /// Someone edited the live ConfigMap: it alone is written back.
+            DriftedConfigMap,
+            /// A spec change that only the data StatefulSet renders (pod annotations): it alone
+            /// is written, then the status (its observedGeneration).
+            PodAnnotationsChanged,
         }
 
         const SIDECAR_RBAC: [&str; 3] = [
@@ -1416,23 +1429,32 @@ mod tests {
             "PATCH /api/v1/namespaces/ns/services/a-headless",
             "PATCH /api/v1/namespaces/ns/services/a-rw",
         ];
+        const CONFIG_MAP: &str = "PATCH /api/v1/namespaces/ns/configmaps/a-config";
+        const STATEFULSET: &str = "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a";
         const STATUS: &str = "PATCH /apis/vko.gtrfc.com/v1/namespaces/ns/valkeys/a/status";
         const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
 
         impl Scenario {
             fn expected(&self) -> Vec<&'static str> {
+                match self {
+                    Scenario::Setup | Scenario::SteadyState => return Vec::new(),
+                    Scenario::DriftedConfigMap => return vec![CONFIG_MAP],
+                    Scenario::PodAnnotationsChanged => return vec![STATEFULSET, STATUS],
+                    Scenario::ForeignConfigMap | Scenario::MissingAuthSecret => {}
+                }
                 let mut calls: Vec<&'static str> = SIDECAR_RBAC.into();
                 match self {
                     // The foreign ConfigMap is skipped, the StatefulSet applied.
                     Scenario::ForeignConfigMap => {
                         calls.extend(SERVICES);
-                        calls.push("PATCH /apis/apps/v1/namespaces/ns/statefulsets/a");
+                        calls.push(STATEFULSET);
                     }
                     // The ConfigMap applied, the StatefulSet held back.
                     Scenario::MissingAuthSecret => {
-                        calls.push("PATCH /api/v1/namespaces/ns/configmaps/a-config");
+                        calls.push(CONFIG_MAP);
                         calls.extend(SERVICES);
                     }
+                    _ => {}
                 }
                 calls.extend([STATUS, EVENT]);
                 calls
@@ -1446,6 +1468,7 @@ mod tests {
                 mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
             ) -> tokio::task::JoinHandle<Played> {
                 let expected = self.expected();
+                let answer_anything = matches!(self, Scenario::Setup);
                 tokio::spawn(async move {
                     let mut played = Played {
                         recorded: Vec::new(),
@@ -1460,7 +1483,11 @@ mod tests {
                         let bytes = request.into_body().collect_bytes().await.unwrap();
                         let body: serde_json::Value =
                             serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                        let wanted = next.next();
+                        let wanted = if answer_anything {
+                            Some(call.as_str())
+                        } else {
+                            next.next()
+                        };
                         let reply = if wanted != Some(call.as_str()) {
                             played.deviations.push(match wanted {
                                 Some(wanted) => format!("expected {wanted}, got {call}"),
@@ -1623,6 +1650,115 @@ mod tests {
             let event = played.one("/events");
             assert_eq!(event.body["type"], "Warning");
             assert_eq!(event.body["reason"], "SecretMissing");
+        }
+
+        /// Puts what a pass wrote into the stores, as the watches would show it (the objects
+        /// with a UID), and returns the status it wrote.
+        fn observe_writes(
+            played: &Played,
+            writers: &mut crate::stores::StoreWriters,
+        ) -> Option<ValkeyStatus> {
+            fn put<K>(writer: &mut Writer<K>, body: &serde_json::Value)
+            where
+                K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+            {
+                let mut live = body.clone();
+                live["metadata"]["uid"] = "new-uid".into();
+                let object: K = serde_json::from_value(live).unwrap();
+                writer.apply_watcher_event(&watcher::Event::Apply(object));
+            }
+            let mut status = None;
+            for recorded in &played.recorded {
+                let body = &recorded.body;
+                match body["kind"].as_str().unwrap_or_default() {
+                    "ServiceAccount" => put(&mut writers.service_accounts, body),
+                    "Role" => put(&mut writers.roles, body),
+                    "RoleBinding" => put(&mut writers.role_bindings, body),
+                    "ConfigMap" => put(&mut writers.config_maps, body),
+                    "Service" => put(&mut writers.services, body),
+                    "StatefulSet" => put(&mut writers.statefulsets, body),
+                    "Valkey" => {
+                        status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+                    }
+                    // Events are not watched.
+                    _ => {}
+                }
+            }
+            status
+        }
+
+        /// Two setup passes (the first creates everything, the second sees the StatefulSet and
+        /// writes the status that follows): the Valkey and stores a steady-state pass starts from.
+        async fn settled(valkey: Valkey) -> (Valkey, Stores, crate::stores::StoreWriters) {
+            let (stores, mut writers) = Stores::empty();
+            let mut valkey = valkey;
+            for _ in 0..2 {
+                let (result, played) = pass(Scenario::Setup, valkey.clone(), stores.clone()).await;
+                result.expect("a setup pass succeeds");
+                if let Some(status) = observe_writes(&played, &mut writers) {
+                    valkey.status = Some(status);
+                }
+            }
+            (valkey, stores, writers)
+        }
+
+        #[tokio::test]
+        async fn a_steady_state_pass_makes_no_request() {
+            let (valkey, stores, _writers) = settled(test_valkey()).await;
+            let (result, played) = pass(Scenario::SteadyState, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the steady-state pass succeeds");
+        }
+
+        #[tokio::test]
+        async fn a_drifted_object_is_written_back_and_only_it() {
+            let (valkey, stores, mut writers) = settled(test_valkey()).await;
+            let mut edited = stores
+                .config_maps
+                .get(&ObjectRef::new("a-config").within("ns"))
+                .unwrap()
+                .as_ref()
+                .clone();
+            edited
+                .data
+                .get_or_insert_default()
+                .insert("valkey.conf".into(), "port 1\n".into());
+            writers
+                .config_maps
+                .apply_watcher_event(&watcher::Event::Apply(edited));
+
+            let (result, played) = pass(Scenario::DriftedConfigMap, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the pass succeeds");
+            let written = played.one("/configmaps/a-config");
+            assert_ne!(written.body["data"]["valkey.conf"], "port 1\n");
+            assert!(
+                written.body["metadata"]["annotations"][vko_render::APPLIED_HASH_ANNOTATION]
+                    .is_string(),
+                "{}",
+                written.body
+            );
+        }
+
+        #[tokio::test]
+        async fn a_spec_change_writes_exactly_the_objects_it_changes() {
+            let (mut valkey, stores, _writers) = settled(test_valkey()).await;
+            valkey.spec.pod_annotations = Some(BTreeMap::from([(
+                "example.com/note".into(),
+                "changed".into(),
+            )]));
+            valkey.metadata.generation = Some(2);
+
+            let (result, played) = pass(Scenario::PodAnnotationsChanged, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the pass succeeds");
+            let written = played.one("/statefulsets/a");
+            assert_eq!(
+                written.body["spec"]["template"]["metadata"]["annotations"]["example.com/note"],
+                "changed"
+            );
+            let status = played.one("/valkeys/a/status");
+            assert_eq!(status.body["status"]["observedGeneration"], 2);
         }
 
         /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.
