@@ -55,6 +55,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Consecutive failures per resource, for the backoff.
     failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
+    /// Consecutive passes per resource that ended not ready, without an error, and with the
+    /// status unchanged (no progress), for [`not_ready_delay`].
+    stalled: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
 }
 
 impl Context {
@@ -72,6 +75,7 @@ impl Context {
             config,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            stalled: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -80,6 +84,18 @@ impl Context {
 pub fn backoff(failures: u32) -> Duration {
     let seconds = 5u64.saturating_mul(1u64 << failures.saturating_sub(1).min(6));
     Duration::from_secs(seconds.min(300))
+}
+
+/// Requeue delay of a pass that ended without an error but not ready, after `stalled` such passes
+/// in a row that changed nothing in the status: 5 s while it makes progress (or for the first
+/// stalled pass), then 10 s, 20 s, at most 30 s. Before, such a Valkey (pods crash-looping, an
+/// image that does not pull) was passed over every 5 s forever, each pass dialling its pods, and
+/// a few of them kept the `--max-concurrent-reconciles` slots from the healthy ones. Watch events
+/// (a pod turning Ready, a StatefulSet change) still start a pass at once; the delay only bounds
+/// how late a change that only the data plane shows (a replication link coming up) is noticed.
+pub fn not_ready_delay(stalled: u32) -> Duration {
+    let seconds = 5u64.saturating_mul(1u64 << stalled.saturating_sub(1).min(3));
+    Duration::from_secs(seconds.min(30))
 }
 
 /// How often a pass blocked by a foreign object is retried at most. Its removal triggers nothing
@@ -394,8 +410,8 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
     let snapshot = snapshot(&pass, &observed, plane, &acted, storage, &problems);
-    write_status_and_events(&pass, &snapshot).await?;
-    outcome(&pass, problems, &snapshot, &acted)
+    let status_changed = write_status_and_events(&pass, &snapshot).await?;
+    outcome(&pass, problems, &snapshot, &acted, status_changed)
 }
 
 /// One pass over one `Valkey`.
@@ -959,8 +975,8 @@ fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<sta
     tiers
 }
 
-/// Writes the derived status when it changed, then one Event per transition.
-async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result<(), Error> {
+/// Writes the derived status when it changed, then one Event per transition; whether it changed.
+async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result<bool, Error> {
     let current = pass.valkey.status.as_ref();
     let next = status::desired_status(current, snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
     if current != Some(&next) {
@@ -971,8 +987,9 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         for event in status::transition_events(current, &next) {
             publish(pass.ctx, pass.valkey, event).await;
         }
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Step 7, requeue: the most urgent problem as the pass's error, else when to look again.
@@ -981,6 +998,7 @@ fn outcome(
     mut problems: Vec<Error>,
     snapshot: &Snapshot,
     acted: &Acted,
+    status_changed: bool,
 ) -> Result<Action, Error> {
     if !problems.is_empty() {
         let count = problems.len();
@@ -994,12 +1012,31 @@ fn outcome(
             }
         });
     }
+    let key = ObjectRef::from_obj(pass.valkey);
     pass.ctx
         .failures
         .lock()
-        .map(|mut failures| failures.remove(&ObjectRef::from_obj(pass.valkey)))
+        .map(|mut failures| failures.remove(&key))
         .ok();
     let verdict = status::data_plane_verdict(snapshot);
+    let stalled = pass
+        .ctx
+        .stalled
+        .lock()
+        .map(|mut stalled| {
+            if verdict.ready {
+                stalled.remove(&key);
+                0
+            } else if status_changed {
+                stalled.insert(key.clone(), 0);
+                0
+            } else {
+                let count = stalled.entry(key.clone()).or_insert(0);
+                *count = count.saturating_add(1);
+                *count
+            }
+        })
+        .unwrap_or(0);
     let roll_requeue = acted.roll.as_ref().and_then(|step| step.requeue);
     Ok(if let Some(delay) = roll_requeue {
         Action::requeue(delay)
@@ -1008,7 +1045,7 @@ fn outcome(
     } else if verdict.ready {
         Action::requeue(Duration::from_secs(60))
     } else {
-        Action::requeue(Duration::from_secs(5))
+        Action::requeue(not_ready_delay(stalled))
     })
 }
 
@@ -1242,6 +1279,13 @@ mod tests {
             requeue_delay(ConditionReason::WriteFailed, 30),
             Duration::from_secs(300)
         );
+    }
+
+    #[test]
+    fn a_not_ready_valkey_without_progress_backs_off_to_thirty_seconds() {
+        let delays: Vec<u64> = (0..7).map(|n| not_ready_delay(n).as_secs()).collect();
+        assert_eq!(delays, [5, 5, 10, 20, 30, 30, 30]);
+        assert_eq!(not_ready_delay(u32::MAX), Duration::from_secs(30));
     }
 
     #[test]
