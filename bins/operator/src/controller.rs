@@ -1624,10 +1624,27 @@ mod tests {
             valkey: Valkey,
             stores: Stores,
         ) -> (Result<Action, Error>, Played) {
+            passes(scenario, valkey, stores, 1).await
+        }
+
+        /// Runs `count` passes of `valkey` on one context (so with its memory between passes)
+        /// against `scenario`; the last pass's result.
+        async fn passes(
+            scenario: Scenario,
+            valkey: Valkey,
+            stores: Stores,
+            count: usize,
+        ) -> (Result<Action, Error>, Played) {
             let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
             let server = scenario.play(handle);
             let client = kube::Client::new(service, "default");
-            let result = reconcile(Arc::new(valkey), context(client, stores)).await;
+            let ctx = context(client, stores);
+            let valkey = Arc::new(valkey);
+            let mut result = reconcile(valkey.clone(), ctx.clone()).await;
+            for _ in 1..count {
+                result = reconcile(valkey.clone(), ctx.clone()).await;
+            }
+            drop(ctx);
             (result, server.await.unwrap())
         }
 
@@ -1752,6 +1769,23 @@ mod tests {
             let (result, played) = pass(Scenario::SteadyState, valkey, stores).await;
             played.assert_exact();
             result.expect("the steady-state pass succeeds");
+        }
+
+        /// The settled Valkey has no pods, so it is not ready, without an error: each pass that
+        /// changes nothing waits longer, up to 30 s.
+        #[tokio::test]
+        async fn a_not_ready_valkey_whose_passes_change_nothing_is_requeued_later_each_time() {
+            let (valkey, stores, _writers) = settled(test_valkey()).await;
+            for (count, seconds) in [(1, 5), (2, 10), (3, 20), (4, 30), (5, 30)] {
+                let (result, played) =
+                    passes(Scenario::SteadyState, valkey.clone(), stores.clone(), count).await;
+                played.assert_exact();
+                assert_eq!(
+                    result.expect("the pass succeeds"),
+                    Action::requeue(Duration::from_secs(seconds)),
+                    "after {count} unchanged passes"
+                );
+            }
         }
 
         #[tokio::test]
