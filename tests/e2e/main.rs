@@ -32,6 +32,7 @@ mod operator_replicas;
 mod operator_roll;
 mod operator_services;
 mod operator_standalone;
+mod operator_steady_state;
 mod operator_tls;
 mod rbac_least_privilege;
 mod render_dry_run;

@@ -1,4 +1,5 @@
-//! The apply step: ownership first, then server-side apply with one field manager; objects that
+//! The apply step: ownership first, then server-side apply with one field manager, only of objects
+//! whose live copy does not already hold them (ADR 0018: no write without a change); objects that
 //! should no longer exist are deleted only when this `Valkey` controls them (UID precondition).
 
 use std::collections::BTreeSet;
@@ -7,7 +8,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::stores::{ManagedKind, ObservedMeta};
+use crate::stores::{ManagedKind, ObservedMeta, ObservedObject};
 
 /// The one field manager of every write.
 pub const FIELD_MANAGER: &str = "vko-operator";
@@ -84,6 +85,8 @@ pub fn stale_objects(
 #[derive(Debug, Default)]
 pub struct ApplyReport {
     pub applied: Vec<(ManagedKind, String)>,
+    /// Ours already, and the live copy holds the desired object: not written.
+    pub unchanged: Vec<(ManagedKind, String)>,
     pub deleted: Vec<(ManagedKind, String)>,
     /// Generated names held by objects this `Valkey` does not control.
     pub foreign: Vec<(ManagedKind, String)>,
@@ -94,14 +97,43 @@ fn dynamic_api(client: &kube::Client, namespace: &str, kind: ManagedKind) -> Api
     Api::namespaced_with(client.clone(), namespace, &kind.api_resource())
 }
 
-/// Applies `desired` in order. `lookup` answers what the stores know under a name. Continues past
+/// What to do with one desired object, given what is observed under its name.
+#[derive(Debug, PartialEq)]
+pub enum ApplyDecision {
+    /// Someone else's object: never written.
+    Foreign,
+    /// Ours, and the live copy already holds the stamped desired object.
+    Unchanged,
+    /// Apply; `force` only over our own object (to win back our fields from other managers),
+    /// never to take over a new name.
+    Apply { force: bool },
+}
+
+/// Decides for the stamped `desired` body (see [`vko_render::live_holds`]).
+pub fn decide(
+    desired: &Value,
+    observed: Option<&ObservedObject>,
+    owner_uid: &str,
+) -> ApplyDecision {
+    match ownership(observed.map(|found| &found.meta), owner_uid) {
+        Ownership::Foreign => ApplyDecision::Foreign,
+        Ownership::Absent => ApplyDecision::Apply { force: false },
+        Ownership::Ours => match observed.and_then(|found| found.live.as_ref()) {
+            Some(live) if vko_render::live_holds(desired, live) => ApplyDecision::Unchanged,
+            _ => ApplyDecision::Apply { force: true },
+        },
+    }
+}
+
+/// Applies `desired` in order, each stamped with its applied hash, skipping those whose live copy
+/// already holds them. `lookup` answers what the stores know under a name. Continues past
 /// failures; everything is in the report.
 pub async fn apply_objects(
     client: &kube::Client,
     namespace: &str,
     owner_uid: &str,
     desired: &[DesiredObject],
-    lookup: impl Fn(ManagedKind, &str) -> Option<ObservedMeta>,
+    lookup: impl Fn(ManagedKind, &str) -> Option<ObservedObject>,
 ) -> ApplyReport {
     let mut report = ApplyReport::default();
     for object in desired {
@@ -110,9 +142,7 @@ pub async fn apply_objects(
             // Optional-CRD kinds have no store: one GET is the only way to see who holds the name.
             ManagedKind::Certificate | ManagedKind::ServiceMonitor => {
                 match api.get_opt(&object.name).await {
-                    Ok(found) => {
-                        found.map(|found| ObservedMeta::from_meta(object.kind, &found.metadata))
-                    }
+                    Ok(found) => found.map(|found| ObservedObject::of(object.kind, &found)),
                     Err(error) => {
                         report.errors.push(Error::from_write(
                             object.kind.name(),
@@ -125,8 +155,10 @@ pub async fn apply_objects(
             }
             _ => lookup(object.kind, &object.name),
         };
-        let params = match ownership(observed.as_ref(), owner_uid) {
-            Ownership::Foreign => {
+        let mut body = object.body.clone();
+        vko_render::stamp_applied_hash(&mut body);
+        let params = match decide(&body, observed.as_ref(), owner_uid) {
+            ApplyDecision::Foreign => {
                 report.foreign.push(object.key());
                 report.errors.push(Error::ForeignObject {
                     kind: object.kind.name().to_owned(),
@@ -134,14 +166,14 @@ pub async fn apply_objects(
                 });
                 continue;
             }
-            // Force only over our own fields' other managers; never to take over a new name.
-            Ownership::Ours => PatchParams::apply(FIELD_MANAGER).force(),
-            Ownership::Absent => PatchParams::apply(FIELD_MANAGER),
+            ApplyDecision::Unchanged => {
+                report.unchanged.push(object.key());
+                continue;
+            }
+            ApplyDecision::Apply { force: true } => PatchParams::apply(FIELD_MANAGER).force(),
+            ApplyDecision::Apply { force: false } => PatchParams::apply(FIELD_MANAGER),
         };
-        match api
-            .patch(&object.name, &params, &Patch::Apply(&object.body))
-            .await
-        {
+        match api.patch(&object.name, &params, &Patch::Apply(&body)).await {
             Ok(_) => report.applied.push(object.key()),
             Err(error) => {
                 tracing::warn!(kind = object.kind.name(), name = %object.name, %error, "apply failed");
@@ -210,6 +242,47 @@ mod tests {
         // A former Valkey of the same name (other UID) does not make it ours either.
         let other = meta(ManagedKind::ConfigMap, "a-config", Some("previous"));
         assert_eq!(ownership(Some(&other), "me"), Ownership::Foreign);
+    }
+
+    fn observed(body: &Value, controller: Option<&str>) -> ObservedObject {
+        ObservedObject {
+            meta: meta(ManagedKind::ConfigMap, "a-config", controller),
+            live: Some(body.clone()),
+        }
+    }
+
+    #[test]
+    fn only_our_object_whose_live_copy_holds_the_desired_one_is_left_unwritten() {
+        let mut desired = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a-config"}, "data": {"k": "v"}});
+        vko_render::stamp_applied_hash(&mut desired);
+        assert_eq!(
+            decide(&desired, None, "me"),
+            ApplyDecision::Apply { force: false }
+        );
+        assert_eq!(
+            decide(&desired, Some(&observed(&desired, Some("me"))), "me"),
+            ApplyDecision::Unchanged
+        );
+        // Identical content under someone else's name stays theirs.
+        assert_eq!(
+            decide(&desired, Some(&observed(&desired, None)), "me"),
+            ApplyDecision::Foreign
+        );
+        let mut drifted = desired.clone();
+        drifted["data"]["k"] = "edited".into();
+        assert_eq!(
+            decide(&desired, Some(&observed(&drifted, Some("me"))), "me"),
+            ApplyDecision::Apply { force: true }
+        );
+        let unserializable = ObservedObject {
+            live: None,
+            ..observed(&desired, Some("me"))
+        };
+        assert_eq!(
+            decide(&desired, Some(&unserializable), "me"),
+            ApplyDecision::Apply { force: true }
+        );
     }
 
     #[test]

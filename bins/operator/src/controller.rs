@@ -59,6 +59,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// Consecutive failures per resource, for the backoff.
     failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
+    /// Consecutive passes per resource that ended not ready, without an error, and with the
+    /// status unchanged (no progress), for [`not_ready_delay`].
+    stalled: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
 }
 
 impl Context {
@@ -78,6 +81,7 @@ impl Context {
             metrics,
             leadership,
             failures: Mutex::new(HashMap::new()),
+            stalled: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -86,6 +90,18 @@ impl Context {
 pub fn backoff(failures: u32) -> Duration {
     let seconds = 5u64.saturating_mul(1u64 << failures.saturating_sub(1).min(6));
     Duration::from_secs(seconds.min(300))
+}
+
+/// Requeue delay of a pass that ended without an error but not ready, after `stalled` such passes
+/// in a row that changed nothing in the status: 5 s while it makes progress (or for the first
+/// stalled pass), then 10 s, 20 s, at most 30 s. Before, such a Valkey (pods crash-looping, an
+/// image that does not pull) was passed over every 5 s forever, each pass dialling its pods, and
+/// a few of them kept the `--max-concurrent-reconciles` slots from the healthy ones. Watch events
+/// (a pod turning Ready, a StatefulSet change) still start a pass at once; the delay only bounds
+/// how late a change that only the data plane shows (a replication link coming up) is noticed.
+pub fn not_ready_delay(stalled: u32) -> Duration {
+    let seconds = 5u64.saturating_mul(1u64 << stalled.saturating_sub(1).min(3));
+    Duration::from_secs(seconds.min(30))
 }
 
 /// How often a pass blocked by a foreign object is retried at most. Its removal triggers nothing
@@ -402,8 +418,8 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
     let snapshot = snapshot(&pass, &observed, plane, &acted, storage, &problems);
-    write_status_and_events(&pass, &snapshot).await?;
-    outcome(&pass, problems, &snapshot, &acted)
+    let status_changed = write_status_and_events(&pass, &snapshot).await?;
+    outcome(&pass, problems, &snapshot, &acted, status_changed)
 }
 
 /// One pass over one `Valkey`.
@@ -552,9 +568,12 @@ async fn apply(
     }
     let stores = &ctx.stores;
     let mut report = apply::apply_objects(&ctx.client, namespace, uid, &desired, |kind, object| {
-        stores.meta(kind, namespace, object)
+        stores.object(kind, namespace, object)
     })
     .await;
+    if !report.applied.is_empty() {
+        tracing::debug!(%namespace, %name, applied = ?report.applied, unchanged = report.unchanged.len(), "applied changed objects");
+    }
     let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
     let stale = apply::stale_objects(&stores.all_in(namespace), &wanted, &keep, uid);
     apply::delete_objects(&ctx.client, namespace, &stale, &mut report).await;
@@ -977,8 +996,8 @@ fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<sta
     tiers
 }
 
-/// Writes the derived status when it changed, then one Event per transition.
-async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result<(), Error> {
+/// Writes the derived status when it changed, then one Event per transition; whether it changed.
+async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result<bool, Error> {
     let current = pass.valkey.status.as_ref();
     let next = status::desired_status(current, snapshot, OPERATOR_VERSION, Time(Timestamp::now()));
     if current != Some(&next) {
@@ -992,8 +1011,9 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         for event in events.chain(advisories).chain(pods) {
             publish(pass.ctx, pass.valkey, event).await;
         }
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Step 7, requeue: the most urgent problem as the pass's error, else when to look again.
@@ -1002,6 +1022,7 @@ fn outcome(
     mut problems: Vec<Error>,
     snapshot: &Snapshot,
     acted: &Acted,
+    status_changed: bool,
 ) -> Result<Action, Error> {
     if !problems.is_empty() {
         let count = problems.len();
@@ -1015,12 +1036,31 @@ fn outcome(
             }
         });
     }
+    let key = ObjectRef::from_obj(pass.valkey);
     pass.ctx
         .failures
         .lock()
-        .map(|mut failures| failures.remove(&ObjectRef::from_obj(pass.valkey)))
+        .map(|mut failures| failures.remove(&key))
         .ok();
     let verdict = status::data_plane_verdict(snapshot);
+    let stalled = pass
+        .ctx
+        .stalled
+        .lock()
+        .map(|mut stalled| {
+            if verdict.ready {
+                stalled.remove(&key);
+                0
+            } else if status_changed {
+                stalled.insert(key.clone(), 0);
+                0
+            } else {
+                let count = stalled.entry(key.clone()).or_insert(0);
+                *count = count.saturating_add(1);
+                *count
+            }
+        })
+        .unwrap_or(0);
     let roll_requeue = acted.roll.as_ref().and_then(|step| step.requeue);
     Ok(if let Some(delay) = roll_requeue {
         Action::requeue(delay)
@@ -1029,7 +1069,7 @@ fn outcome(
     } else if verdict.ready {
         Action::requeue(Duration::from_secs(60))
     } else {
-        Action::requeue(Duration::from_secs(5))
+        Action::requeue(not_ready_delay(stalled))
     })
 }
 
@@ -1269,6 +1309,13 @@ mod tests {
     }
 
     #[test]
+    fn a_not_ready_valkey_without_progress_backs_off_to_thirty_seconds() {
+        let delays: Vec<u64> = (0..7).map(|n| not_ready_delay(n).as_secs()).collect();
+        assert_eq!(delays, [5, 5, 10, 20, 30, 30, 30]);
+        assert_eq!(not_ready_delay(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
     fn backoff_doubles_from_five_seconds_up_to_five_minutes() {
         assert_eq!(backoff(1), Duration::from_secs(5));
         assert_eq!(backoff(2), Duration::from_secs(10));
@@ -1433,6 +1480,16 @@ mod tests {
             /// back), then the status patch and the Warning Event, and nothing else (no pod is
             /// dialled, the roll does not run).
             MissingAuthSecret,
+            /// Any request is answered (a pass that only builds the state a later scenario
+            /// starts from).
+            Setup,
+            /// Every object is live as applied and the status is current: not one request.
+            SteadyState,
+            /// Someone edited the live ConfigMap: it alone is written back.
+            DriftedConfigMap,
+            /// A spec change that only the data StatefulSet renders (pod annotations): it alone
+            /// is written, then the status (its observedGeneration).
+            PodAnnotationsChanged,
         }
 
         const SIDECAR_RBAC: [&str; 3] = [
@@ -1444,23 +1501,32 @@ mod tests {
             "PATCH /api/v1/namespaces/ns/services/a-headless",
             "PATCH /api/v1/namespaces/ns/services/a-rw",
         ];
+        const CONFIG_MAP: &str = "PATCH /api/v1/namespaces/ns/configmaps/a-config";
+        const STATEFULSET: &str = "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a";
         const STATUS: &str = "PATCH /apis/vko.gtrfc.com/v1/namespaces/ns/valkeys/a/status";
         const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
 
         impl Scenario {
             fn expected(&self) -> Vec<&'static str> {
+                match self {
+                    Scenario::Setup | Scenario::SteadyState => return Vec::new(),
+                    Scenario::DriftedConfigMap => return vec![CONFIG_MAP],
+                    Scenario::PodAnnotationsChanged => return vec![STATEFULSET, STATUS],
+                    Scenario::ForeignConfigMap | Scenario::MissingAuthSecret => {}
+                }
                 let mut calls: Vec<&'static str> = SIDECAR_RBAC.into();
                 match self {
                     // The foreign ConfigMap is skipped, the StatefulSet applied.
                     Scenario::ForeignConfigMap => {
                         calls.extend(SERVICES);
-                        calls.push("PATCH /apis/apps/v1/namespaces/ns/statefulsets/a");
+                        calls.push(STATEFULSET);
                     }
                     // The ConfigMap applied, the StatefulSet held back.
                     Scenario::MissingAuthSecret => {
-                        calls.push("PATCH /api/v1/namespaces/ns/configmaps/a-config");
+                        calls.push(CONFIG_MAP);
                         calls.extend(SERVICES);
                     }
+                    _ => {}
                 }
                 calls.extend([STATUS, EVENT]);
                 if *self == Scenario::ForeignConfigMap {
@@ -1478,6 +1544,7 @@ mod tests {
                 mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
             ) -> tokio::task::JoinHandle<Played> {
                 let expected = self.expected();
+                let answer_anything = matches!(self, Scenario::Setup);
                 tokio::spawn(async move {
                     let mut played = Played {
                         recorded: Vec::new(),
@@ -1492,7 +1559,11 @@ mod tests {
                         let bytes = request.into_body().collect_bytes().await.unwrap();
                         let body: serde_json::Value =
                             serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                        let wanted = next.next();
+                        let wanted = if answer_anything {
+                            Some(call.as_str())
+                        } else {
+                            next.next()
+                        };
                         let reply = if wanted != Some(call.as_str()) {
                             played.deviations.push(match wanted {
                                 Some(wanted) => format!("expected {wanted}, got {call}"),
@@ -1590,10 +1661,27 @@ mod tests {
             valkey: Valkey,
             stores: Stores,
         ) -> (Result<Action, Error>, Played) {
+            passes(scenario, valkey, stores, 1).await
+        }
+
+        /// Runs `count` passes of `valkey` on one context (so with its memory between passes)
+        /// against `scenario`; the last pass's result.
+        async fn passes(
+            scenario: Scenario,
+            valkey: Valkey,
+            stores: Stores,
+            count: usize,
+        ) -> (Result<Action, Error>, Played) {
             let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
             let server = scenario.play(handle);
             let client = kube::Client::new(service, "default");
-            let result = reconcile(Arc::new(valkey), context(client, stores)).await;
+            let ctx = context(client, stores);
+            let valkey = Arc::new(valkey);
+            let mut result = reconcile(valkey.clone(), ctx.clone()).await;
+            for _ in 1..count {
+                result = reconcile(valkey.clone(), ctx.clone()).await;
+            }
+            drop(ctx);
             (result, server.await.unwrap())
         }
 
@@ -1696,6 +1784,132 @@ mod tests {
             let error = reconcile(Arc::new(test_valkey()), ctx).await.unwrap_err();
             assert_eq!(error.reason(), ConditionReason::NotLeader);
             assert_eq!(server.await.unwrap(), 0, "no request was made");
+        }
+
+        /// Puts what a pass wrote into the stores, as the watches would show it (the objects
+        /// with a UID), and returns the status it wrote.
+        fn observe_writes(
+            played: &Played,
+            writers: &mut crate::stores::StoreWriters,
+        ) -> Option<ValkeyStatus> {
+            fn put<K>(writer: &mut Writer<K>, body: &serde_json::Value)
+            where
+                K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+            {
+                let mut live = body.clone();
+                live["metadata"]["uid"] = "new-uid".into();
+                let object: K = serde_json::from_value(live).unwrap();
+                writer.apply_watcher_event(&watcher::Event::Apply(object));
+            }
+            let mut status = None;
+            for recorded in &played.recorded {
+                let body = &recorded.body;
+                match body["kind"].as_str().unwrap_or_default() {
+                    "ServiceAccount" => put(&mut writers.service_accounts, body),
+                    "Role" => put(&mut writers.roles, body),
+                    "RoleBinding" => put(&mut writers.role_bindings, body),
+                    "ConfigMap" => put(&mut writers.config_maps, body),
+                    "Service" => put(&mut writers.services, body),
+                    "StatefulSet" => put(&mut writers.statefulsets, body),
+                    "Valkey" => {
+                        status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+                    }
+                    // Events are not watched.
+                    _ => {}
+                }
+            }
+            status
+        }
+
+        /// Two setup passes (the first creates everything, the second sees the StatefulSet and
+        /// writes the status that follows): the Valkey and stores a steady-state pass starts from.
+        async fn settled(valkey: Valkey) -> (Valkey, Stores, crate::stores::StoreWriters) {
+            let (stores, mut writers) = Stores::empty();
+            let mut valkey = valkey;
+            for _ in 0..2 {
+                let (result, played) = pass(Scenario::Setup, valkey.clone(), stores.clone()).await;
+                result.expect("a setup pass succeeds");
+                if let Some(status) = observe_writes(&played, &mut writers) {
+                    valkey.status = Some(status);
+                }
+            }
+            (valkey, stores, writers)
+        }
+
+        #[tokio::test]
+        async fn a_steady_state_pass_makes_no_request() {
+            let (valkey, stores, _writers) = settled(test_valkey()).await;
+            let (result, played) = pass(Scenario::SteadyState, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the steady-state pass succeeds");
+        }
+
+        /// The settled Valkey has no pods, so it is not ready, without an error: each pass that
+        /// changes nothing waits longer, up to 30 s.
+        #[tokio::test]
+        async fn a_not_ready_valkey_whose_passes_change_nothing_is_requeued_later_each_time() {
+            let (valkey, stores, _writers) = settled(test_valkey()).await;
+            for (count, seconds) in [(1, 5), (2, 10), (3, 20), (4, 30), (5, 30)] {
+                let (result, played) =
+                    passes(Scenario::SteadyState, valkey.clone(), stores.clone(), count).await;
+                played.assert_exact();
+                assert_eq!(
+                    result.expect("the pass succeeds"),
+                    Action::requeue(Duration::from_secs(seconds)),
+                    "after {count} unchanged passes"
+                );
+            }
+        }
+
+        #[tokio::test]
+        async fn a_drifted_object_is_written_back_and_only_it() {
+            let (valkey, stores, mut writers) = settled(test_valkey()).await;
+            let mut edited = stores
+                .config_maps
+                .get(&ObjectRef::new("a-config").within("ns"))
+                .unwrap()
+                .as_ref()
+                .clone();
+            edited
+                .data
+                .get_or_insert_default()
+                .insert("valkey.conf".into(), "port 1\n".into());
+            writers
+                .config_maps
+                .apply_watcher_event(&watcher::Event::Apply(edited));
+
+            let (result, played) = pass(Scenario::DriftedConfigMap, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the pass succeeds");
+            let written = played.one("/configmaps/a-config");
+            assert_ne!(written.body["data"]["valkey.conf"], "port 1\n");
+            assert!(
+                written.body["metadata"]["annotations"][vko_render::APPLIED_HASH_ANNOTATION]
+                    .is_string(),
+                "{}",
+                written.body
+            );
+        }
+
+        #[tokio::test]
+        async fn a_spec_change_writes_exactly_the_objects_it_changes() {
+            let (mut valkey, stores, _writers) = settled(test_valkey()).await;
+            valkey.spec.pod_annotations = Some(BTreeMap::from([(
+                "example.com/note".into(),
+                "changed".into(),
+            )]));
+            valkey.metadata.generation = Some(2);
+
+            let (result, played) = pass(Scenario::PodAnnotationsChanged, valkey, stores).await;
+            played.assert_exact();
+            result.expect("the pass succeeds");
+            let written = played.one("/statefulsets/a");
+            assert_eq!(
+                written.body["spec"]["template"]["metadata"]["annotations"]["example.com/note"],
+                "changed"
+            );
+            let status = played.one("/valkeys/a/status");
+            assert_eq!(status.body["status"]["observedGeneration"], 2);
         }
 
         /// Sends `call` ("METHOD /path") with an empty JSON body, ignoring the answer.

@@ -45,7 +45,7 @@ struct Args {
     /// Cluster DNS domain of pod and Service host names.
     #[arg(long, env = "CLUSTER_DOMAIN", default_value = vko_render::DEFAULT_CLUSTER_DOMAIN)]
     cluster_domain: String,
-    /// Reconcile passes that may run at once (never two for the same resource).
+    /// Reconcile passes that may run at once (never two for the same resource); `0`: no limit.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
     max_concurrent_reconciles: u16,
     /// Address of /metrics; `0` disables it.

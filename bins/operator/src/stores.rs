@@ -285,18 +285,35 @@ where
     )
 }
 
-fn get_meta<K>(
+/// An observed object: its metadata and the whole object as JSON (for the apply step's
+/// "unchanged?" check). `live` is `None` only if the object could not be serialized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedObject {
+    pub meta: ObservedMeta,
+    pub live: Option<serde_json::Value>,
+}
+
+impl ObservedObject {
+    pub fn of<K: Resource + serde::Serialize>(kind: ManagedKind, object: &K) -> ObservedObject {
+        ObservedObject {
+            meta: ObservedMeta::from_meta(kind, object.meta()),
+            live: serde_json::to_value(object).ok(),
+        }
+    }
+}
+
+fn get_object<K>(
     store: &Store<K>,
     kind: ManagedKind,
     namespace: &str,
     name: &str,
-) -> Option<ObservedMeta>
+) -> Option<ObservedObject>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()> + Clone + serde::Serialize + 'static,
 {
     store
         .get(&ObjectRef::new(name).within(namespace))
-        .map(|object| ObservedMeta::from_meta(kind, object.meta()))
+        .map(|object| ObservedObject::of(kind, object.as_ref()))
 }
 
 fn metas_in<K>(store: &Store<K>, kind: ManagedKind, namespace: &str) -> Vec<ObservedMeta>
@@ -314,17 +331,19 @@ where
 impl Stores {
     /// The observed object of `kind` under `namespace/name`; `None` when the store has none (or the
     /// kind has no store).
-    pub fn meta(&self, kind: ManagedKind, namespace: &str, name: &str) -> Option<ObservedMeta> {
+    pub fn object(&self, kind: ManagedKind, namespace: &str, name: &str) -> Option<ObservedObject> {
         match kind {
-            ManagedKind::ServiceAccount => get_meta(&self.service_accounts, kind, namespace, name),
-            ManagedKind::Role => get_meta(&self.roles, kind, namespace, name),
-            ManagedKind::RoleBinding => get_meta(&self.role_bindings, kind, namespace, name),
-            ManagedKind::ConfigMap => get_meta(&self.config_maps, kind, namespace, name),
-            ManagedKind::Service => get_meta(&self.services, kind, namespace, name),
-            ManagedKind::StatefulSet => get_meta(&self.statefulsets, kind, namespace, name),
-            ManagedKind::PodDisruptionBudget => get_meta(&self.pdbs, kind, namespace, name),
-            ManagedKind::NetworkPolicy => get_meta(&self.network_policies, kind, namespace, name),
-            ManagedKind::Deployment => get_meta(&self.deployments, kind, namespace, name),
+            ManagedKind::ServiceAccount => {
+                get_object(&self.service_accounts, kind, namespace, name)
+            }
+            ManagedKind::Role => get_object(&self.roles, kind, namespace, name),
+            ManagedKind::RoleBinding => get_object(&self.role_bindings, kind, namespace, name),
+            ManagedKind::ConfigMap => get_object(&self.config_maps, kind, namespace, name),
+            ManagedKind::Service => get_object(&self.services, kind, namespace, name),
+            ManagedKind::StatefulSet => get_object(&self.statefulsets, kind, namespace, name),
+            ManagedKind::PodDisruptionBudget => get_object(&self.pdbs, kind, namespace, name),
+            ManagedKind::NetworkPolicy => get_object(&self.network_policies, kind, namespace, name),
+            ManagedKind::Deployment => get_object(&self.deployments, kind, namespace, name),
             ManagedKind::Certificate | ManagedKind::ServiceMonitor => None,
         }
     }

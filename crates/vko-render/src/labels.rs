@@ -13,6 +13,9 @@ pub const OPERATOR_VERSION_ANNOTATION: &str = "vko.gtrfc.com/operator-version";
 pub const CONFIG_HASH_ANNOTATION: &str = "vko.gtrfc.com/config-hash";
 /// Pod-template annotation: hash of the rendered pod template itself.
 pub const POD_SPEC_HASH_ANNOTATION: &str = "vko.gtrfc.com/pod-spec-hash";
+/// Annotation on every object the operator applies: the hash of the object as applied
+/// ([`crate::live_holds`]); an object whose live copy holds it is not written again.
+pub const APPLIED_HASH_ANNOTATION: &str = "vko.gtrfc.com/applied-hash";
 /// Label on the metrics Service that the ServiceMonitor selects.
 pub const METRICS_LABEL: &str = "vko.gtrfc.com/metrics";
 /// `app.kubernetes.io/component` of the observer's objects.

@@ -27,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod applied;
 mod conf;
 mod data;
 mod error;
@@ -51,6 +52,7 @@ use serde::Serialize;
 use serde_json::Value;
 use vko_api::{Valkey, ValkeySpec};
 
+pub use applied::{applied_hash, live_holds, stamp_applied_hash};
 pub use conf::{
     DATA_DIR, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_REBOOT_DOWN_AFTER_MS, SENTINEL_CONF_KEY,
     TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY, quote_arg, split_args,
@@ -61,9 +63,9 @@ pub use hash::{
     tls_material_fingerprint,
 };
 pub use labels::{
-    CONFIG_HASH_ANNOTATION, Component, METRICS_LABEL, OPERATOR_VERSION_ANNOTATION,
-    POD_SPEC_HASH_ANNOTATION, common_labels, is_reserved_annotation_key, is_reserved_label_key,
-    selector_labels, version_label_value,
+    APPLIED_HASH_ANNOTATION, CONFIG_HASH_ANNOTATION, Component, METRICS_LABEL,
+    OPERATOR_VERSION_ANNOTATION, POD_SPEC_HASH_ANNOTATION, common_labels,
+    is_reserved_annotation_key, is_reserved_label_key, selector_labels, version_label_value,
 };
 pub use names::{MAX_NAME_LENGTH, Names};
 pub use pod::{
