@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use vko_observer::check::{Check, Status};
 use vko_observer::cli::{Config, SentinelTarget};
 use vko_observer::evaluate::{Endpoint, Report, evaluate};
-use vko_observer::probe::{Dialer, observe};
+use vko_observer::probe::observe;
+use vko_valkey::Dialer;
 use vko_valkey::{ConnectOptions, Reply, ValkeyClient};
 
 const HOST: &str = "localhost";
@@ -146,7 +147,7 @@ fn sentinel(master_port: u16) -> Proc {
 
 fn config(data: &[&Proc], sentinels: &[&Proc]) -> Config {
     let mut dialer = Dialer::new(Some(PASSWORD.into()));
-    dialer.sentinel_password = false;
+    dialer.sentinel_password = None;
     Config {
         listen_port: 0,
         replicas: u32::try_from(data.len()).unwrap(),

@@ -3,7 +3,8 @@
 
 use vko_authority::{Electorate, InstanceRole, Vote};
 
-use crate::conf::{HOLD_HOST, RoleLine};
+use crate::conf::RoleLine;
+use vko_authority::HOLD_HOST;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
 
 /// Who says which pod is master.

@@ -11,7 +11,8 @@ use std::time::Duration;
 use common::{FakePods, HOST, MONITOR, Sentinel, Server, eventually, missing, node_for, writer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_authority::InstanceRole;
-use vko_sidecar::conf::{HOLD_HOST, RoleLine, role_line_of};
+use vko_authority::HOLD_HOST;
+use vko_sidecar::conf::{RoleLine, role_line_of};
 use vko_sidecar::decide::{HoldExit, LiveRole};
 use vko_sidecar::handover::{HandoverOutcome, HandoverSettings, handover};
 use vko_sidecar::init::{InitSettings, decide_role};
@@ -446,7 +447,7 @@ async fn sentinel_init_follows_the_other_sentinels_not_the_stale_seed() {
         attempts: 2,
         retry_delay: Duration::from_millis(200),
     };
-    let dialer = vko_sidecar::topology::Dialer::new(None, None);
+    let dialer = vko_valkey::Dialer::new(None);
     let target = vko_sidecar::sentinel_init::sentinel_init(&dialer, &init)
         .await
         .unwrap();
@@ -514,7 +515,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
             replica_config,
             sentinel_cache: Default::default(),
         },
-        dialer: vko_sidecar::topology::Dialer::new(None, None),
+        dialer: vko_valkey::Dialer::new(None),
         pods: Arc::new(FakePods::default()),
         my_pod: "pod-new".into(),
         active_config: output.clone(),
@@ -563,7 +564,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
 async fn sentinel_without_auth_is_reached_by_a_dialer_with_a_password() {
     let master = Server::start(&RoleLine::Master);
     let sentinel = Sentinel::start(master.port);
-    let dialer = vko_sidecar::topology::Dialer::new(Some("secret".into()), None);
+    let dialer = vko_valkey::Dialer::new(Some("secret".into()));
     let client = dialer.sentinel(&sentinel.endpoint()).await.unwrap();
     let view = client.master(MONITOR).await.unwrap();
     assert_eq!(view.port, master.port);

@@ -15,7 +15,8 @@ use vko_authority::InstanceRole;
 use vko_sidecar::decide::LiveRole;
 use vko_sidecar::node::Node;
 use vko_sidecar::run::Keeper;
-use vko_sidecar::topology::{Dialer, Discovery, Endpoint, TlsFiles, Topology};
+use vko_sidecar::topology::{Discovery, Endpoint, Topology};
+use vko_valkey::{Dialer, TlsFiles, TlsMaterial};
 
 const FQDN: &str = "vk-0.vk-headless.ns.svc.cluster.local";
 
@@ -147,14 +148,11 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
             replica_config: dir.path().join("none"),
             sentinel_cache: Default::default(),
         },
-        dialer: Dialer::new(
-            None,
-            Some(TlsFiles {
-                ca: p("ca.crt").into(),
-                cert: Some(p("tls.crt").into()),
-                key: Some(p("tls.key").into()),
-            }),
-        ),
+        dialer: Dialer::new(None).with_tls(Some(TlsMaterial::Files(TlsFiles {
+            ca: p("ca.crt").into(),
+            cert: Some(p("tls.crt").into()),
+            key: Some(p("tls.key").into()),
+        }))),
         pods: pods.clone(),
         my_pod: "vk-0".into(),
         active_config: conf.clone(),

@@ -16,7 +16,8 @@ use vko_sidecar::conf::{self, Identity, RoleLine};
 use vko_sidecar::error::Result as SidecarResult;
 use vko_sidecar::node::Node;
 use vko_sidecar::pod_api::PodApi;
-use vko_sidecar::topology::{Dialer, Discovery, Endpoint, Topology};
+use vko_sidecar::topology::{Discovery, Endpoint, Topology};
+use vko_valkey::Dialer;
 use vko_valkey::{ConnectOptions, SentinelClient, ValkeyClient};
 
 const PORT_BASE: u16 = 36500;
@@ -308,7 +309,7 @@ pub fn node_for(
             replica_config: server.dir.path().join("no-replica-config"),
             sentinel_cache: Default::default(),
         },
-        dialer: Dialer::new(None, None),
+        dialer: Dialer::new(None),
         pods,
         my_pod: format!("pod-{}", server.port),
         active_config: server.config_path(),
