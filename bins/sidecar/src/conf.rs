@@ -15,7 +15,6 @@ use crate::error::{Result, SidecarError};
 use crate::topology::Endpoint;
 use vko_authority::HOLD_HOST;
 
-
 /// Marks what the sidecar appended, for a human reading the file.
 const ADDED_COMMENT: &str = "# Added by vko-sidecar (identity, credentials, role per ADR 0005).";
 

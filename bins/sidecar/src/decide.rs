@@ -4,8 +4,8 @@
 use vko_authority::{Electorate, InstanceRole, Vote};
 
 use crate::conf::RoleLine;
-use vko_authority::HOLD_HOST;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
+use vko_authority::HOLD_HOST;
 
 /// Who says which pod is master.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -75,14 +75,7 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
         pause: settings.pause,
         poll: settings.poll,
     };
-    let result = switchover::switchover(
-        &node.dialer,
-        &local,
-        node.me(),
-        &promoter,
-        &shared,
-    )
-    .await;
+    let result = switchover::switchover(&node.dialer, &local, node.me(), &promoter, &shared).await;
     local.close().await;
     let report = match result {
         Ok(Outcome::NotMaster) => return Ok(HandoverOutcome::NotMaster),

@@ -304,7 +304,9 @@ async fn request_failover(node: &Node, name: &str) {
                 .dialer
                 .sentinel(&sentinel)
                 .await
-                .map_err(SidecarError::valkey(format!("connect to sentinel {sentinel}")))?;
+                .map_err(SidecarError::valkey(format!(
+                    "connect to sentinel {sentinel}"
+                )))?;
             let r = client
                 .failover(name)
                 .await

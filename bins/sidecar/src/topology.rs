@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use vko_valkey::parse::ReplicationRole;
 use vko_authority::HOLD_HOST;
+use vko_valkey::parse::ReplicationRole;
 use vko_valkey::{Dialer, ValkeyClient};
 
 use crate::error::{Result, SidecarError};
@@ -291,7 +291,9 @@ async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<Sen
         let client = dialer
             .sentinel(sentinel)
             .await
-            .map_err(SidecarError::valkey(format!("connect to sentinel {sentinel}")))?;
+            .map_err(SidecarError::valkey(format!(
+                "connect to sentinel {sentinel}"
+            )))?;
         let master = client
             .master(name)
             .await

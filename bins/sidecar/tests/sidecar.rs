@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{FakePods, HOST, MONITOR, Sentinel, Server, eventually, missing, node_for, writer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vko_authority::InstanceRole;
 use vko_authority::HOLD_HOST;
+use vko_authority::InstanceRole;
 use vko_sidecar::conf::{RoleLine, role_line_of};
 use vko_sidecar::decide::{HoldExit, LiveRole};
 use vko_sidecar::handover::{HandoverOutcome, HandoverSettings, handover};

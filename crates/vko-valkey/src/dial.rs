@@ -248,7 +248,13 @@ mod tests {
         let dialer = Dialer::new(Some("pw".into())).with_tls(Some(pem()));
         let at = Address::new("10.0.0.7", 6379);
         let options = dialer
-            .options(&at, "a-0.a-headless.ns.svc.cluster.local", dialer.tls.as_ref(), None, true)
+            .options(
+                &at,
+                "a-0.a-headless.ns.svc.cluster.local",
+                dialer.tls.as_ref(),
+                None,
+                true,
+            )
             .unwrap();
         assert_eq!(options.host, "10.0.0.7");
         let tls = options.tls.unwrap();
@@ -278,7 +284,10 @@ mod tests {
         });
         let error = tls_options(&files, true).unwrap_err();
         assert_eq!(error.reason(), "InvalidOptions");
-        assert!(error.to_string().contains("/nonexistent/vko/ca.crt"), "{error}");
+        assert!(
+            error.to_string().contains("/nonexistent/vko/ca.crt"),
+            "{error}"
+        );
     }
 
     #[tokio::test]
@@ -302,6 +311,9 @@ mod tests {
             }
         );
         assert!(dialer.sentinel(&Address::new("s-0", 26379)).await.is_err());
-        assert_eq!(dialer.address_of("x").unwrap_err().reason(), "ConnectionFailed");
+        assert_eq!(
+            dialer.address_of("x").unwrap_err().reason(),
+            "ConnectionFailed"
+        );
     }
 }
