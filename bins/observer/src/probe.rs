@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use vko_valkey::parse::{InstanceFlag, LinkStatus, ReplicationRole};
 use vko_valkey::switchover::Address;
-use vko_valkey::{Dialer, SentinelClient, ValkeyClient};
+use vko_valkey::{Dialer, ValkeyClient};
 
 use crate::cli::{Config, SentinelTarget};
 use crate::error::{ObserverError, Result};
@@ -25,19 +25,6 @@ fn address(ep: &Endpoint) -> Address {
 async fn valkey(dialer: &Dialer, ep: &Endpoint) -> Result<ValkeyClient> {
     let client = dialer
         .valkey(&address(ep))
-        .await
-        .map_err(ObserverError::valkey(format!("connect to {ep}")))?;
-    client
-        .ping()
-        .await
-        .map_err(ObserverError::valkey(format!("PING {ep}")))?;
-    Ok(client)
-}
-
-/// A Sentinel, PINGed.
-async fn sentinel(dialer: &Dialer, ep: &Endpoint) -> Result<SentinelClient> {
-    let client = dialer
-        .sentinel(&address(ep))
         .await
         .map_err(ObserverError::valkey(format!("connect to {ep}")))?;
     client
@@ -114,8 +101,9 @@ async fn probe_data_pod(dialer: &Dialer, name: &str, ep: &Endpoint) -> DataPod {
 
 async fn probe_sentinels(dialer: &Dialer, target: &SentinelTarget) -> SentinelTier {
     let sentinels = join_all(target.pods.iter().map(|(name, ep)| async move {
-        let state = match sentinel(dialer, ep).await {
-            Err(e) => Err(e.to_string()),
+        // No PING first: `SENTINEL MASTER` right after fails the same way.
+        let state = match dialer.sentinel(&address(ep)).await {
+            Err(e) => Err(format!("connect to {ep}: {e}")),
             Ok(client) => {
                 let master = client
                     .master(&target.monitor)
