@@ -1,6 +1,7 @@
 //! The Controller over `Valkey` and its reconcile pass: a fixed pipeline of named steps,
 //! observe (stores) → render → apply → probe (one round over the data pods and Sentinels, read by
-//! both what follows) → act (master authority, then one roll step) → status (derived by `vko-status`, written when changed, Events) → outcome (requeue).
+//! all that follows) → act (master authority, then one roll step) → status (derived by
+//! `vko-status`, written when changed, Events) → outcome (requeue).
 //! A failed step is recorded and the pass goes on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
