@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use vko_render::{Names, PASSWORD_ENV};
+use vko_valkey::{Dialer, TlsFiles, TlsMaterial};
 
 use crate::check::Check;
 use crate::error::{ObserverError, Result};
 use crate::evaluate::Endpoint;
-use crate::probe::{Dialer, TlsFiles};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogLevel {
@@ -193,16 +193,18 @@ impl Cli {
             }
         };
         let tls = |cert: &Option<PathBuf>, key: &Option<PathBuf>| {
-            self.tls_ca_file.as_ref().map(|ca| TlsFiles {
-                ca: ca.clone(),
-                cert: cert.clone(),
-                key: key.clone(),
+            self.tls_ca_file.as_ref().map(|ca| {
+                TlsMaterial::Files(TlsFiles {
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
             })
         };
         let interval = Duration::from_secs(self.interval_seconds.max(1));
         let dialer = Dialer {
-            sentinel_password: !self.sentinel_auth_disabled,
-            valkey_tls: tls(&self.valkey_client_cert_file, &self.valkey_client_key_file),
+            sentinel_password: password.clone().filter(|_| !self.sentinel_auth_disabled),
+            tls: tls(&self.valkey_client_cert_file, &self.valkey_client_key_file),
             sentinel_tls: tls(
                 &self.sentinel_client_cert_file,
                 &self.sentinel_client_key_file,
@@ -236,6 +238,13 @@ pub fn password_from_env() -> Result<Option<String>> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    fn files(tls: Option<TlsMaterial>) -> TlsFiles {
+        match tls {
+            Some(TlsMaterial::Files(files)) => files,
+            other => panic!("not TLS files: {other:?}"),
+        }
+    }
 
     /// The argument list vko-render writes for an HA + TLS + mTLS Valkey `production` (from
     /// its snapshot), plus the namespace the downward API gives.
@@ -293,10 +302,10 @@ mod tests {
                 )
             )
         );
-        assert!(cfg.dialer.sentinel_password);
-        let valkey_tls = cfg.dialer.valkey_tls.unwrap();
+        assert!(cfg.dialer.sentinel_password.is_some());
+        let valkey_tls = files(cfg.dialer.tls);
         assert_eq!(valkey_tls.cert, Some(PathBuf::from("/tls/tls.crt")));
-        let sentinel_tls = cfg.dialer.sentinel_tls.unwrap();
+        let sentinel_tls = files(cfg.dialer.sentinel_tls);
         assert_eq!(
             sentinel_tls.key,
             Some(PathBuf::from("/tls-sentinel/tls.key"))
@@ -325,7 +334,7 @@ mod tests {
         let cfg = cli.config(None, "x").unwrap();
         assert!(cfg.unready_on.is_empty());
         assert!(cfg.sentinel.is_none());
-        assert!(cfg.dialer.valkey_tls.is_none() && cfg.dialer.sentinel_tls.is_none());
+        assert!(cfg.dialer.tls.is_none() && cfg.dialer.sentinel_tls.is_none());
         assert_eq!(cfg.db, 3);
         assert_eq!(cfg.data_pods.len(), 1);
     }
@@ -341,8 +350,9 @@ mod tests {
             .unwrap()
             .config(Some("pw".into()), "x")
             .unwrap();
-        assert!(!cfg.dialer.sentinel_password);
-        let tls = cfg.dialer.valkey_tls.unwrap();
+        assert_eq!(cfg.dialer.sentinel_password, None);
+        assert_eq!(cfg.dialer.password.as_deref(), Some("pw"));
+        let tls = files(cfg.dialer.tls);
         assert_eq!(tls.ca, PathBuf::from("/tls/ca.crt"));
         assert!(tls.cert.is_none() && tls.key.is_none());
     }

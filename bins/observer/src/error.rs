@@ -1,20 +1,10 @@
 //! The one error type of the observer. `reason()` is stable: it appears in logs.
 
-use std::path::PathBuf;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ObserverError {
     /// An argument or environment variable is missing or unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
-
-    /// A TLS file could not be read.
-    #[error("{path}: {source}")]
-    File {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 
     /// Talking to valkey-server or valkey-sentinel failed.
     #[error("{what}: {source}")]
@@ -37,7 +27,6 @@ impl ObserverError {
     pub fn reason(&self) -> &'static str {
         match self {
             ObserverError::Config(_) => "InvalidConfiguration",
-            ObserverError::File { .. } => "FileError",
             ObserverError::Valkey { source, .. } => source.reason(),
             ObserverError::Http { .. } => "HttpServerError",
         }
@@ -67,15 +56,6 @@ mod tests {
         assert_eq!(
             ObserverError::valkey("PING")(refused).reason(),
             "ConnectionRefused"
-        );
-        let io = std::io::Error::other("x");
-        assert_eq!(
-            ObserverError::File {
-                path: "/tls/ca.crt".into(),
-                source: io
-            }
-            .reason(),
-            "FileError"
         );
     }
 }

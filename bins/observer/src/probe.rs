@@ -2,12 +2,12 @@
 //! read the health key, and hand what was seen to `evaluate`. Every connection is new (TLS files
 //! are re-read on every dial, so a rotated Secret is picked up) and every call is bounded.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use vko_valkey::parse::{InstanceFlag, LinkStatus, ReplicationRole};
-use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+use vko_valkey::switchover::Address;
+use vko_valkey::{Dialer, ValkeyClient};
 
 use crate::cli::{Config, SentinelTarget};
 use crate::error::{ObserverError, Result};
@@ -16,94 +16,22 @@ use crate::evaluate::{
     SentinelAnswer, SentinelMasterView, SentinelTier, SentinelView, choose_master,
 };
 
-/// TLS client material of one tier, re-read on every dial.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub ca: PathBuf,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
+/// `vko_valkey`'s dialer addresses an instance as it is announced.
+fn address(ep: &Endpoint) -> Address {
+    Address::new(ep.host.clone(), ep.port)
 }
 
-/// How to connect to either tier.
-#[derive(Debug, Clone)]
-pub struct Dialer {
-    pub password: Option<String>,
-    /// Send the password to Sentinel too (`false` with `--sentinel-auth-disabled`).
-    pub sentinel_password: bool,
-    pub valkey_tls: Option<TlsFiles>,
-    pub sentinel_tls: Option<TlsFiles>,
-    /// Bound on TCP connect + TLS + AUTH.
-    pub connect_timeout: Duration,
-    /// Bound on each command.
-    pub command_timeout: Duration,
-}
-
-impl Dialer {
-    pub fn new(password: Option<String>) -> Dialer {
-        Dialer {
-            password,
-            sentinel_password: true,
-            valkey_tls: None,
-            sentinel_tls: None,
-            connect_timeout: Duration::from_millis(1500),
-            command_timeout: Duration::from_secs(2),
-        }
-    }
-
-    fn options(
-        &self,
-        ep: &Endpoint,
-        tls: Option<&TlsFiles>,
-        password: bool,
-    ) -> Result<ConnectOptions> {
-        let mut opts = ConnectOptions::new(ep.host.clone(), ep.port);
-        opts.connect_timeout = self.connect_timeout;
-        opts.command_timeout = self.command_timeout;
-        if password {
-            opts.password.clone_from(&self.password);
-        }
-        if let Some(files) = tls {
-            let read = |path: &PathBuf| {
-                std::fs::read(path).map_err(|source| ObserverError::File {
-                    path: path.clone(),
-                    source,
-                })
-            };
-            opts.tls = Some(TlsOptions {
-                ca_pem: read(&files.ca)?,
-                client_cert_pem: files.cert.as_ref().map(read).transpose()?,
-                client_key_pem: files.key.as_ref().map(read).transpose()?,
-                server_name: Some(ep.host.clone()),
-            });
-        }
-        Ok(opts)
-    }
-
-    /// A valkey-server, authenticated, PINGed.
-    pub async fn valkey(&self, ep: &Endpoint) -> Result<ValkeyClient> {
-        let opts = self.options(ep, self.valkey_tls.as_ref(), true)?;
-        let client = ValkeyClient::connect(&opts)
-            .await
-            .map_err(ObserverError::valkey(format!("connect to {ep}")))?;
-        client
-            .ping()
-            .await
-            .map_err(ObserverError::valkey(format!("PING {ep}")))?;
-        Ok(client)
-    }
-
-    /// A Sentinel, PINGed.
-    pub async fn sentinel(&self, ep: &Endpoint) -> Result<SentinelClient> {
-        let opts = self.options(ep, self.sentinel_tls.as_ref(), self.sentinel_password)?;
-        let client = SentinelClient::connect(&opts)
-            .await
-            .map_err(ObserverError::valkey(format!("connect to {ep}")))?;
-        client
-            .ping()
-            .await
-            .map_err(ObserverError::valkey(format!("PING {ep}")))?;
-        Ok(client)
-    }
+/// A valkey-server, authenticated, PINGed.
+async fn valkey(dialer: &Dialer, ep: &Endpoint) -> Result<ValkeyClient> {
+    let client = dialer
+        .valkey(&address(ep))
+        .await
+        .map_err(ObserverError::valkey(format!("connect to {ep}")))?;
+    client
+        .ping()
+        .await
+        .map_err(ObserverError::valkey(format!("PING {ep}")))?;
+    Ok(client)
 }
 
 /// Runs one round: probes, chooses the master, writes and reads the health key.
@@ -141,7 +69,7 @@ fn unix_millis() -> u128 {
 
 async fn probe_data_pod(dialer: &Dialer, name: &str, ep: &Endpoint) -> DataPod {
     let role = async {
-        let client = dialer.valkey(ep).await?;
+        let client = valkey(dialer, ep).await?;
         let info = client
             .info_replication()
             .await
@@ -173,8 +101,9 @@ async fn probe_data_pod(dialer: &Dialer, name: &str, ep: &Endpoint) -> DataPod {
 
 async fn probe_sentinels(dialer: &Dialer, target: &SentinelTarget) -> SentinelTier {
     let sentinels = join_all(target.pods.iter().map(|(name, ep)| async move {
-        let state = match dialer.sentinel(ep).await {
-            Err(e) => Err(e.to_string()),
+        // No PING first: `SENTINEL MASTER` right after fails the same way.
+        let state = match dialer.sentinel(&address(ep)).await {
+            Err(e) => Err(format!("connect to {ep}: {e}")),
             Ok(client) => {
                 let master = client
                     .master(&target.monitor)
@@ -215,7 +144,7 @@ async fn probe_sentinels(dialer: &Dialer, target: &SentinelTarget) -> SentinelTi
 
 /// A client of `ep` with `db` selected.
 async fn valkey_in_db(dialer: &Dialer, ep: &Endpoint, db: u32) -> Result<ValkeyClient> {
-    let client = dialer.valkey(ep).await?;
+    let client = valkey(dialer, ep).await?;
     client
         .select(db)
         .await
@@ -237,7 +166,7 @@ async fn health_test(
     let Some(master) = &choice.master else {
         return test;
     };
-    let client = match cfg.dialer.valkey(master).await {
+    let client = match valkey(&cfg.dialer, master).await {
         Ok(client) => client,
         Err(e) => {
             test.ping = Some(Err(e.to_string()));

@@ -7,16 +7,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use vko_observer::check::{Check, Status};
 use vko_observer::cli::{Config, SentinelTarget};
 use vko_observer::evaluate::{Endpoint, Report, evaluate};
-use vko_observer::probe::{Dialer, observe};
+use vko_observer::probe::observe;
+use vko_testkit::{Ports, Proc, SentinelSetup, TempDir, spawn_sentinel};
+use vko_valkey::Dialer;
 use vko_valkey::{ConnectOptions, Reply, ValkeyClient};
 
 const HOST: &str = "localhost";
@@ -24,75 +22,41 @@ const PASSWORD: &str = "obs-pw";
 const MONITOR: &str = "obs";
 const KEY: &str = "vko:observer:health:test";
 
-/// Ports 22500..22599: below the ephemeral range, away from the other suites' ranges.
+/// Ports 22500..22599, apart from the other suites' ranges.
+static PORTS: Ports = Ports::new(22500, 100);
+
 fn free_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = (std::process::id() % 100) as u16;
-    for _ in 0..100 {
-        let port = 22500 + (start + NEXT.fetch_add(1, Ordering::SeqCst)) % 100;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 22500..22599");
+    PORTS.free()
 }
 
-/// A process in its own temp dir; killed and the dir removed on drop.
-struct Proc {
-    child: Child,
-    dir: PathBuf,
+fn temp_dir(label: &str) -> TempDir {
+    TempDir::new("vko-observer", label)
+}
+
+/// One server or Sentinel. Field order: the process dies before its dir is removed.
+struct Instance {
+    proc: Proc,
     port: u16,
+    _dir: TempDir,
 }
 
-impl Proc {
-    fn spawn(program: &str, args: &[String], dir: PathBuf, port: u16) -> Proc {
-        let log = std::fs::File::create(dir.join("log")).unwrap();
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        let proc = Proc { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{program} did not start: {}",
-                std::fs::read_to_string(proc.dir.join("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+impl Instance {
+    fn spawn(program: &str, args: &[String], dir: TempDir, port: u16) -> Instance {
+        let proc = Proc::spawn(program, args, dir.path(), "log");
+        proc.wait_listening(port, program);
+        Instance {
+            proc,
+            port,
+            _dir: dir,
         }
-        proc
     }
 
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill();
     }
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn temp_dir(label: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "vko-observer-test-{label}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn valkey(replica_of: Option<u16>) -> Proc {
+fn valkey(replica_of: Option<u16>) -> Instance {
     let port = free_port();
     let dir = temp_dir("valkey");
     let mut args: Vec<String> = [
@@ -101,7 +65,7 @@ fn valkey(replica_of: Option<u16>) -> Proc {
         "--bind",
         "127.0.0.1",
         "--dir",
-        dir.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
         "--save",
         "",
         "--appendonly",
@@ -121,32 +85,33 @@ fn valkey(replica_of: Option<u16>) -> Proc {
     if let Some(master) = replica_of {
         args.extend(["--replicaof".into(), format!("{HOST} {master}")]);
     }
-    Proc::spawn("valkey-server", &args, dir, port)
+    Instance::spawn("valkey-server", &args, dir, port)
 }
 
-fn sentinel(master_port: u16) -> Proc {
+fn sentinel(master_port: u16) -> Instance {
     let port = free_port();
     let dir = temp_dir("sentinel");
-    let conf = dir.join("sentinel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-             sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n\
-             sentinel announce-ip {HOST}\nsentinel announce-port {port}\n\
-             sentinel monitor {MONITOR} {HOST} {master_port} 2\n\
-             sentinel auth-pass {MONITOR} {PASSWORD}\n\
-             sentinel down-after-milliseconds {MONITOR} 60000\n",
-            dir = dir.display()
-        ),
-    )
-    .unwrap();
-    Proc::spawn("valkey-sentinel", &[conf.display().to_string()], dir, port)
+    let setup = SentinelSetup {
+        host: HOST,
+        monitor: MONITOR,
+        master_port,
+        quorum: 2,
+        options: &[
+            ("auth-pass", PASSWORD.into()),
+            ("down-after-milliseconds", "60000".into()),
+        ],
+    };
+    let proc = spawn_sentinel(dir.path(), port, &setup);
+    Instance {
+        proc,
+        port,
+        _dir: dir,
+    }
 }
 
-fn config(data: &[&Proc], sentinels: &[&Proc]) -> Config {
+fn config(data: &[&Instance], sentinels: &[&Instance]) -> Config {
     let mut dialer = Dialer::new(Some(PASSWORD.into()));
-    dialer.sentinel_password = false;
+    dialer.sentinel_password = None;
     Config {
         listen_port: 0,
         replicas: u32::try_from(data.len()).unwrap(),

@@ -1,6 +1,7 @@
 //! The Controller over `Valkey` and its reconcile pass: a fixed pipeline of named steps,
-//! observe (stores) → render → apply → probe (data pods) → act (master authority, then one roll
-//! step) → status (derived by `vko-status`, written when changed, Events) → outcome (requeue).
+//! observe (stores) → render → apply → probe (one round over the data pods and Sentinels, read by
+//! all that follows) → act (master authority, then one roll step) → status (derived by
+//! `vko-status`, written when changed, Events) → outcome (requeue).
 //! A failed step is recorded and the pass goes on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -23,11 +24,11 @@ use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
 use vko_status::storage::{self, StorageConflict};
 use vko_status::{self as status, Blocked, PeerCount, SentinelPeers, Snapshot, StorageCheck};
-use vko_valkey::TlsOptions;
+use vko_valkey::{Dialer, TlsMaterial, TlsOptions};
 
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
 use crate::cache_sync::{self, SyncOutcome};
-use crate::dataplane::{self, DialConfig};
+use crate::dataplane::{self, PlaneAnswers, SentinelAnswer};
 use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::leader::Leadership;
@@ -584,13 +585,19 @@ async fn apply(
     storage
 }
 
-/// Step 4, probe: the data pods as dialled in this pass (once the data StatefulSet exists).
+/// Step 4, probe: the one probe round of this pass (once the data StatefulSet exists): every
+/// data pod and, with Sentinel, every Sentinel, read by the authority, the roll and the status.
 struct DataPlane {
-    dial: DialConfig,
+    /// Reaches the pods by IP, verified against their FQDNs.
+    dialer: Dialer,
+    valkey_port: u16,
+    sentinel_port: u16,
     statefulset_exists: bool,
     /// Ready data pods below `spec.replicas`.
     ready_count: usize,
     fqdns: Vec<String>,
+    answers: PlaneAnswers,
+    /// The authority's reading of the data pods below `spec.replicas`.
     probes: Vec<PodProbe>,
 }
 
@@ -605,17 +612,24 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
     let replicas = spec.replicas_u32();
     let ports = PortPlan::of(spec);
     let secrets = &observed.secrets;
-    let dial = DialConfig {
-        valkey_port: ports.valkey_dial_port(),
-        sentinel_port: ports.sentinel_dial_port(),
-        password: secrets.password.clone(),
-        sentinel_password: if spec.sentinel_auth_disabled() {
-            None
-        } else {
-            secrets.password.clone()
-        },
-        tls: if ports.tls { secrets.tls.clone() } else { None },
-    };
+    let dialer = Dialer {
+        sentinel_password: secrets
+            .password
+            .clone()
+            .filter(|_| !spec.sentinel_auth_disabled()),
+        ..Dialer::new(secrets.password.clone())
+    }
+    .with_tls(
+        secrets
+            .tls
+            .clone()
+            .filter(|_| ports.tls)
+            .map(TlsMaterial::Pem),
+    );
+    let dialer = dataplane::by_pod_ip(
+        dialer,
+        observed.data_pods.values().chain(&observed.sentinel_pods),
+    );
     // Read after the apply step: a StatefulSet it just created counts once the store shows it.
     let statefulset_exists = pass
         .ctx
@@ -627,21 +641,39 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
         .iter()
         .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))
         .count();
-    let fqdns: Vec<String> = (0..replicas).map(|o| names.data_pod_fqdn(o)).collect();
-    let probes: Vec<PodProbe> = if statefulset_exists {
-        futures::future::join_all(fqdns.iter().zip(0..replicas).map(|(fqdn, ordinal)| {
-            let pod = observed.data_pods.get(&ordinal).map(AsRef::as_ref);
-            dataplane::probe_data_pod(name, ordinal, pod, fqdn, &dial)
-        }))
-        .await
+    let (valkey_port, sentinel_port) = (ports.valkey_dial_port(), ports.sentinel_dial_port());
+    let answers = if statefulset_exists {
+        let no_sentinels: &[Arc<Pod>] = &[];
+        let targets = dataplane::ProbeTargets {
+            names,
+            valkey_port,
+            sentinel_port,
+            data_pods: &observed.data_pods,
+            replicas,
+            sentinel_pods: if spec.sentinel_enabled() {
+                &observed.sentinel_pods
+            } else {
+                no_sentinels
+            },
+        };
+        dataplane::probe_round(&dialer, &targets).await
     } else {
-        Vec::new()
+        PlaneAnswers::default()
     };
+    let probes = answers
+        .data
+        .iter()
+        .filter(|(ordinal, _)| **ordinal < replicas)
+        .map(|(ordinal, answer)| dataplane::pod_probe(name, *ordinal, answer))
+        .collect();
     DataPlane {
-        dial,
+        dialer,
+        valkey_port,
+        sentinel_port,
         statefulset_exists,
         ready_count,
-        fqdns,
+        fqdns: (0..replicas).map(|o| names.data_pod_fqdn(o)).collect(),
+        answers,
         probes,
     }
 }
@@ -731,20 +763,16 @@ async fn act(
 /// With Sentinel: the master is what a majority of every Sentinel names (ADR 0014).
 async fn sentinel_authority(pass: &Pass<'_>, observed: &Observed, plane: &DataPlane) -> Authority {
     let spec = &pass.valkey.spec;
-    let Target { name, names, .. } = &pass.target;
+    let Target { name, .. } = &pass.target;
     let sentinel_pods = &observed.sentinel_pods;
-    let sentinel_statefulset = names.sentinel_statefulset();
-    let answers = futures::future::join_all(sentinel_pods.iter().map(|pod| {
-        let ordinal = ordinal_of(&sentinel_statefulset, &pod.name_any()).unwrap_or(0);
-        let fqdn = names.sentinel_pod_fqdn(ordinal);
-        let dial = plane.dial.clone();
-        async move { dataplane::ask_sentinel(name, pod, &fqdn, &dial).await }
-    }))
-    .await;
-    let reports: Vec<_> = answers
+    // A Sentinel that considers the master down has not answered, for the authority.
+    let answers: Vec<Option<&SentinelAnswer>> = plane
+        .answers
+        .sentinels
         .iter()
-        .map(|a| a.as_ref().map(|a| a.report(name)))
+        .map(|s| s.answer.as_ref().filter(|a| !a.master_down))
         .collect();
+    let reports: Vec<_> = answers.iter().map(|a| a.map(|a| a.report(name))).collect();
     let sentinels = spec.sentinel_replicas_u32();
     // The electorate is every Sentinel the spec asks for or that exists (ADR 0014).
     let electorate = Electorate::new(sentinels as usize, sentinel_pods.len());
@@ -865,7 +893,8 @@ async fn promote(
         &pass.target.name,
         (candidate, candidate_pod, fqdn_of(candidate)),
         &redirect,
-        &plane.dial,
+        &plane.dialer,
+        plane.valkey_port,
         &pass.ctx.leadership,
     )
     .await
@@ -885,7 +914,10 @@ async fn roll_step(
         valkey: pass.valkey,
         namespace: &pass.target.namespace,
         names: &pass.target.names,
-        dial: &plane.dial,
+        dialer: &plane.dialer,
+        valkey_port: plane.valkey_port,
+        sentinel_port: plane.sentinel_port,
+        answers: &plane.answers,
         data_pods: &observed.data_pods,
         sentinel_pods: &observed.sentinel_pods,
         recorded_master: observed.recorded,

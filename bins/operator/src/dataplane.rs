@@ -2,54 +2,32 @@
 //! Sentinel is asked who the master is, and without Sentinel the operator promotes the replica
 //! the master authority chose (ADR 0005).
 //!
-//! The decisions are `vko-authority`'s (ADR 0014): this module only turns answers into its
-//! [`PodProbe`]s and [`SentinelReport`]s and executes a promotion.
+//! A pass probes once ([`probe_round`]): one `INFO` per data pod and one `SENTINEL MASTER` +
+//! `SENTINEL REPLICAS` per Sentinel. What they answered ([`PlaneAnswers`]) is read two ways, by
+//! pure functions: as `vko-authority`'s [`PodProbe`]s and [`SentinelReport`]s (ADR 0014) for the
+//! master authority and the status, and as `vko-roll`'s [`Server`]s for the rolling update.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use vko_authority::{PodProbe, ProbeState, SentinelReport, ordinal_of};
-use vko_valkey::parse::{LinkStatus, ReplicationRole};
-use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+use vko_authority::{HOLD_HOST, PodProbe, ProbeState, SentinelReport, ordinal_of};
+use vko_render::Names;
+use vko_roll::{ConnectedReplica, MasterInfo, ReplicaInfo, Server};
+use vko_valkey::parse::{
+    Info, KeyspaceInfo, LinkStatus, PersistenceInfo, ReplicaSyncState, ReplicationInfo,
+    ReplicationRole,
+};
+use vko_valkey::switchover::Address;
+use vko_valkey::{Dialer, SentinelClient};
 
 use crate::error::Error;
 use crate::leader::Leadership;
 
-/// The host a held server replicates from (ADR 0005): it never resolves.
-pub const HOLD_HOST: &str = "vko-hold.invalid";
 /// Bound on connect and on each call to a pod.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How to reach the servers of one `Valkey`.
-#[derive(Clone, Debug)]
-pub struct DialConfig {
-    pub valkey_port: u16,
-    pub sentinel_port: u16,
-    pub password: Option<String>,
-    pub sentinel_password: Option<String>,
-    pub tls: Option<TlsOptions>,
-}
-
-impl DialConfig {
-    fn options(
-        &self,
-        ip: &str,
-        port: u16,
-        password: Option<&String>,
-        fqdn: &str,
-    ) -> ConnectOptions {
-        let mut options = ConnectOptions::new(ip, port);
-        options.password = password.cloned();
-        options.connect_timeout = DIAL_TIMEOUT;
-        options.command_timeout = DIAL_TIMEOUT;
-        options.tls = self.tls.clone().map(|tls| TlsOptions {
-            server_name: Some(fqdn.to_owned()),
-            ..tls
-        });
-        options
-    }
-}
 
 /// The pod's IP while it runs and is not terminating; else why it cannot be dialled.
 pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
@@ -66,6 +44,26 @@ pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
     status.pod_ip.clone().ok_or_else(|| "no pod IP yet".into())
 }
 
+/// `dialer` reaching `pods` by IP: an announced FQDN `<pod>.<headless>...` is dialled at the IP
+/// of the running pod named by its first label (the certificate is verified against the FQDN).
+pub fn by_pod_ip<'a>(mut dialer: Dialer, pods: impl Iterator<Item = &'a Arc<Pod>>) -> Dialer {
+    let ips: BTreeMap<String, String> = pods
+        .filter_map(|pod| Some((pod.name_any(), pod_ip_if_running(pod).ok()?)))
+        .collect();
+    dialer.connect_timeout = DIAL_TIMEOUT;
+    dialer.command_timeout = DIAL_TIMEOUT;
+    dialer.resolve = Some(Arc::new(move |host: &str| {
+        let pod = host.split('.').next().unwrap_or_default();
+        ips.get(pod)
+            .cloned()
+            .ok_or_else(|| vko_valkey::Error::Connection {
+                addr: host.to_owned(),
+                detail: format!("pod {pod} is not running or has no IP"),
+            })
+    }));
+    dialer
+}
+
 /// Whether the pod's Ready condition is True.
 pub fn pod_is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
@@ -80,86 +78,219 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
             })
 }
 
-/// Dials one data pod and classifies its answer.
-pub async fn probe_data_pod(
-    name: &str,
-    ordinal: u32,
-    pod: Option<&Pod>,
-    fqdn: &str,
-    dial: &DialConfig,
-) -> PodProbe {
-    let pod_name = format!("{name}-{ordinal}");
-    let probe = |state| PodProbe {
-        ordinal,
-        pod: pod_name.clone(),
-        state,
-    };
-    let Some(pod) = pod else {
-        return probe(ProbeState::NotRunning("pod does not exist".into()));
-    };
-    let ip = match pod_ip_if_running(pod) {
-        Ok(ip) => ip,
-        Err(why) => return probe(ProbeState::NotRunning(why)),
-    };
-    let options = dial.options(&ip, dial.valkey_port, dial.password.as_ref(), fqdn);
-    let client = match ValkeyClient::connect(&options).await {
-        Ok(client) => client,
-        Err(error) => return probe(ProbeState::Unreachable(error.to_string())),
-    };
-    let replication = client.info_replication().await;
-    let keys = client.info_keyspace().await.map(|k| k.total_keys());
-    client.close().await;
-    let (replication, keys) = match (replication, keys) {
-        (Ok(replication), Ok(keys)) => (replication, keys),
-        (Err(error), _) | (_, Err(error)) => {
-            return probe(ProbeState::Unreachable(error.to_string()));
+/// What one data pod answered to the pass's `INFO`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DataAnswer {
+    /// No pod, not running, no IP or terminating: not dialled.
+    NotRunning(String),
+    /// Dialling or `INFO` failed.
+    Unreachable(String),
+    Answered(Info),
+}
+
+/// What one Sentinel pod answered: `None` when it was not running, did not answer or
+/// `SENTINEL MASTER` failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelPodAnswer {
+    pub pod: String,
+    /// `None` for a pod whose name carries no ordinal of the Sentinel StatefulSet (not dialled).
+    pub ordinal: Option<u32>,
+    pub answer: Option<SentinelAnswer>,
+}
+
+/// The one probe round of a pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlaneAnswers {
+    /// Every ordinal below `spec.replicas` and every data pod that exists.
+    pub data: BTreeMap<u32, DataAnswer>,
+    /// Every Sentinel pod, in the stores' order (empty without Sentinel).
+    pub sentinels: Vec<SentinelPodAnswer>,
+}
+
+/// Where and how the probe round dials.
+pub struct ProbeTargets<'a> {
+    /// The pods' names and announced FQDNs.
+    pub names: &'a Names,
+    pub valkey_port: u16,
+    pub sentinel_port: u16,
+    pub data_pods: &'a BTreeMap<u32, Arc<Pod>>,
+    /// Ordinals `0..replicas` are probed even without a pod.
+    pub replicas: u32,
+    /// Empty without Sentinel.
+    pub sentinel_pods: &'a [Arc<Pod>],
+}
+
+/// Asks every data pod (one `INFO`) and every Sentinel pod, concurrently.
+pub async fn probe_round(dialer: &Dialer, targets: &ProbeTargets<'_>) -> PlaneAnswers {
+    let names = targets.names;
+    let sentinel_statefulset = &names.sentinel_statefulset();
+    let mut ordinals: Vec<u32> = (0..targets.replicas).collect();
+    ordinals.extend(targets.data_pods.keys().filter(|o| **o >= targets.replicas));
+    let data = futures::future::join_all(ordinals.into_iter().map(|ordinal| async move {
+        let pod = targets.data_pods.get(&ordinal);
+        let at = Address::new(names.data_pod_fqdn(ordinal), targets.valkey_port);
+        let answer = ask_data_pod(dialer, pod, &at).await;
+        (ordinal, answer)
+    }));
+    let sentinels = futures::future::join_all(targets.sentinel_pods.iter().map(|pod| async move {
+        let ordinal = ordinal_of(sentinel_statefulset, &pod.name_any());
+        let answer = match ordinal {
+            Some(ordinal) if pod_ip_if_running(pod).is_ok() => {
+                let at = Address::new(names.sentinel_pod_fqdn(ordinal), targets.sentinel_port);
+                ask_sentinel(dialer, names.name(), &at).await
+            }
+            _ => None,
+        };
+        SentinelPodAnswer {
+            pod: pod.name_any(),
+            ordinal,
+            answer,
         }
+    }));
+    let (data, sentinels) = tokio::join!(data, sentinels);
+    PlaneAnswers {
+        data: data.into_iter().collect(),
+        sentinels,
+    }
+}
+
+async fn ask_data_pod(dialer: &Dialer, pod: Option<&Arc<Pod>>, at: &Address) -> DataAnswer {
+    let Some(pod) = pod else {
+        return DataAnswer::NotRunning("pod does not exist".into());
     };
-    let state = match (replication.role, replication.upstream) {
-        (ReplicationRole::Master, _) => ProbeState::Master {
+    if let Err(why) = pod_ip_if_running(pod) {
+        return DataAnswer::NotRunning(why);
+    }
+    let answer = async {
+        let client = dialer.valkey(at).await?;
+        let info = client.info("default").await;
+        client.close().await;
+        info
+    };
+    match answer.await {
+        Ok(info) => DataAnswer::Answered(info),
+        Err(error) => {
+            tracing::debug!(pod = %at, %error, "probe: no answer");
+            DataAnswer::Unreachable(error.to_string())
+        }
+    }
+}
+
+/// The master authority's view of one data pod's answer.
+pub fn pod_probe(name: &str, ordinal: u32, answer: &DataAnswer) -> PodProbe {
+    let state = match answer {
+        DataAnswer::NotRunning(why) => ProbeState::NotRunning(why.clone()),
+        DataAnswer::Unreachable(why) => ProbeState::Unreachable(why.clone()),
+        DataAnswer::Answered(info) => probe_state(name, info)
+            .unwrap_or_else(|error| ProbeState::Unreachable(error.to_string())),
+    };
+    PodProbe {
+        ordinal,
+        pod: format!("{name}-{ordinal}"),
+        state,
+    }
+}
+
+fn probe_state(name: &str, info: &Info) -> vko_valkey::Result<ProbeState> {
+    let replication = ReplicationInfo::from_info(info)?;
+    let keys = KeyspaceInfo::from_info(info)?.total_keys();
+    Ok(match replication.role {
+        ReplicationRole::Master => ProbeState::Master {
             repl_offset: replication.master_repl_offset,
             keys,
             connected_replicas: replication.connected_replicas,
         },
-        (ReplicationRole::Replica, upstream) => {
-            let host = upstream
-                .as_ref()
-                .map(|u| u.master_host.clone())
-                .unwrap_or_default();
+        ReplicationRole::Replica => {
+            let upstream = replication.upstream.as_ref();
+            let host = upstream.map(|u| u.master_host.as_str()).unwrap_or_default();
             ProbeState::Replica {
-                master_ordinal: ordinal_of(name, &host),
+                master_ordinal: ordinal_of(name, host),
                 in_hold: host == HOLD_HOST,
-                link_up: upstream
-                    .as_ref()
-                    .is_some_and(|u| u.link_status == LinkStatus::Up),
-                syncing: upstream.as_ref().is_some_and(|u| u.sync_in_progress),
-                repl_offset: upstream
-                    .as_ref()
-                    .map_or(replication.master_repl_offset, |u| {
-                        u.repl_offset.max(replication.master_repl_offset)
-                    }),
+                link_up: upstream.is_some_and(|u| u.link_status == LinkStatus::Up),
+                syncing: upstream.is_some_and(|u| u.sync_in_progress),
+                repl_offset: upstream.map_or(replication.master_repl_offset, |u| {
+                    u.repl_offset.max(replication.master_repl_offset)
+                }),
                 keys,
             }
         }
-    };
-    probe(state)
+    })
 }
 
-/// One Sentinel's answer: the master it names (announced host) and the replicas it knows in good
-/// health (announced hosts).
+fn offset(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// The rolling update's view of one data pod's answer.
+pub fn server(name: &str, answer: &DataAnswer) -> Server {
+    match answer {
+        DataAnswer::Answered(info) => server_of(name, info).unwrap_or(Server::Unreachable),
+        DataAnswer::NotRunning(_) | DataAnswer::Unreachable(_) => Server::Unreachable,
+    }
+}
+
+/// The rolling update's view of one `INFO` answer.
+pub fn server_of(name: &str, info: &Info) -> Option<Server> {
+    let replication = ReplicationInfo::from_info(info).ok()?;
+    let keys = KeyspaceInfo::from_info(info)
+        .map(|k| k.total_keys())
+        .unwrap_or(0);
+    let loading = PersistenceInfo::from_info(info).is_ok_and(|p| p.loading);
+    Some(match replication.role {
+        ReplicationRole::Master => Server::Master(MasterInfo {
+            offset: offset(replication.master_repl_offset),
+            keys,
+            replicas: replication
+                .replicas
+                .iter()
+                .map(|r| ConnectedReplica {
+                    ordinal: ordinal_of(name, &r.host),
+                    online: r.state == ReplicaSyncState::Online,
+                    offset: offset(r.offset),
+                })
+                .collect(),
+            replid: replication.master_replid.clone(),
+            replid2: replication
+                .master_replid2
+                .clone()
+                .filter(|id| id.bytes().any(|b| b != b'0')),
+            second_offset: replication
+                .second_repl_offset
+                .and_then(|o| u64::try_from(o).ok()),
+        }),
+        ReplicationRole::Replica => {
+            let upstream = replication.upstream.as_ref();
+            Server::Replica(ReplicaInfo {
+                following: upstream
+                    .filter(|u| u.master_host != HOLD_HOST)
+                    .and_then(|u| ordinal_of(name, &u.master_host)),
+                link_up: upstream.is_some_and(|u| u.link_status == LinkStatus::Up),
+                syncing: upstream.is_some_and(|u| u.sync_in_progress),
+                loading,
+                offset: offset(upstream.map_or(replication.master_repl_offset, |u| u.repl_offset)),
+                keys,
+            })
+        }
+    })
+}
+
+/// One Sentinel's answer: the master it names (announced host), whether it considers it down,
+/// and the replicas it knows in good health (announced hosts).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SentinelAnswer {
     pub master: String,
+    pub master_down: bool,
     pub replicas: Vec<String>,
     /// `num-other-sentinels`: every peer this Sentinel has ever seen and not been reset to forget.
     pub other_sentinels: u32,
 }
 
 impl SentinelAnswer {
-    /// The answer in data-pod ordinals, as the master authority counts it.
+    /// The answer in data-pod ordinals; the master is `None` while this Sentinel considers it
+    /// down (the rolling update counts such a Sentinel as answering, not agreeing).
     pub fn report(&self, name: &str) -> SentinelReport {
         SentinelReport {
-            master: ordinal_of(name, &self.master),
+            master: ordinal_of(name, &self.master).filter(|_| !self.master_down),
             replicas: self
                 .replicas
                 .iter()
@@ -172,33 +303,22 @@ impl SentinelAnswer {
     }
 }
 
-/// Asks one Sentinel pod `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>`; `None` when it
-/// does not answer or considers the master down.
-pub async fn ask_sentinel(
-    name: &str,
-    pod: &Pod,
-    fqdn: &str,
-    dial: &DialConfig,
-) -> Option<SentinelAnswer> {
-    let ip = pod_ip_if_running(pod).ok()?;
-    let options = dial.options(
-        &ip,
-        dial.sentinel_port,
-        dial.sentinel_password.as_ref(),
-        fqdn,
-    );
-    let client = match SentinelClient::connect(&options).await {
+/// Asks one Sentinel `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>`; `None` when it
+/// does not answer the first.
+async fn ask_sentinel(dialer: &Dialer, name: &str, at: &Address) -> Option<SentinelAnswer> {
+    let client: SentinelClient = match dialer.sentinel(at).await {
         Ok(client) => client,
         Err(error) => {
-            tracing::debug!(pod = %pod.name_any(), %error, "sentinel unreachable");
+            tracing::debug!(sentinel = %at, %error, "sentinel unreachable");
             return None;
         }
     };
-    let answer = client.master(name).await;
+    let master = client.master(name).await;
     let replicas = client.replicas(name).await;
     client.close().await;
-    match answer {
-        Ok(master) if !master.flags.is_down() => Some(SentinelAnswer {
+    match master {
+        Ok(master) => Some(SentinelAnswer {
+            master_down: master.flags.is_down(),
             other_sentinels: master.num_other_sentinels,
             master: master.host,
             replicas: replicas
@@ -208,9 +328,8 @@ pub async fn ask_sentinel(
                 .map(|r| r.host)
                 .collect(),
         }),
-        Ok(_) => None,
         Err(error) => {
-            tracing::debug!(pod = %pod.name_any(), %error, "SENTINEL MASTER failed");
+            tracing::debug!(sentinel = %at, %error, "SENTINEL MASTER failed");
             None
         }
     }
@@ -218,12 +337,13 @@ pub async fn ask_sentinel(
 
 /// Promotes `candidate` (REPLICAOF NO ONE), checks it answers master, then points `redirect` at
 /// it. Returns only once the candidate is master; redirect failures are logged (the sidecars
-/// follow the record too).
+/// follow the record too). Pods are given with their announced FQDNs.
 pub async fn promote(
     name: &str,
     candidate: (u32, &Pod, &str),
     redirect: &[(u32, &Pod, &str)],
-    dial: &DialConfig,
+    dialer: &Dialer,
+    port: u16,
     leadership: &Leadership,
 ) -> Result<(), Error> {
     let (ordinal, pod, fqdn) = candidate;
@@ -233,14 +353,14 @@ pub async fn promote(
         pod: pod_name.clone(),
         source,
     };
-    let ip = pod_ip_if_running(pod).map_err(|why| Error::PromotionRefused {
+    pod_ip_if_running(pod).map_err(|why| Error::PromotionRefused {
         pod: pod_name.clone(),
         why,
     })?;
-    let client =
-        ValkeyClient::connect(&dial.options(&ip, dial.valkey_port, dial.password.as_ref(), fqdn))
-            .await
-            .map_err(|e| data_plane("connect", e))?;
+    let client = dialer
+        .valkey(&Address::new(fqdn, port))
+        .await
+        .map_err(|e| data_plane("connect", e))?;
     if let Err(refused) = leadership.check("REPLICAOF NO ONE") {
         client.close().await;
         return Err(refused);
@@ -260,11 +380,10 @@ pub async fn promote(
             why: "it still answers as a replica after REPLICAOF NO ONE".into(),
         });
     }
-    let port = dial.valkey_port;
     for (other, other_pod, other_fqdn) in redirect {
-        let Ok(ip) = pod_ip_if_running(other_pod) else {
+        if pod_ip_if_running(other_pod).is_err() {
             continue;
-        };
+        }
         let other_name = format!("{name}-{other}");
         let failed = |action, source| Error::DataPlane {
             action,
@@ -272,10 +391,10 @@ pub async fn promote(
             source,
         };
         let result = async {
-            let client =
-                ValkeyClient::connect(&dial.options(&ip, port, dial.password.as_ref(), other_fqdn))
-                    .await
-                    .map_err(|e| failed("connect", e))?;
+            let client = dialer
+                .valkey(&Address::new(*other_fqdn, port))
+                .await
+                .map_err(|e| failed("connect", e))?;
             let result = match leadership.check("REPLICAOF") {
                 Ok(()) => client
                     .replicaof(fqdn, port)
@@ -336,6 +455,7 @@ mod tests {
     fn a_sentinel_answer_is_counted_in_ordinals() {
         let answer = SentinelAnswer {
             master: "a-1.a-headless.ns.svc.cluster.local".into(),
+            master_down: false,
             replicas: vec![
                 "a-0.a-headless.ns.svc.cluster.local".into(),
                 "10.0.0.7".into(),
@@ -357,5 +477,148 @@ mod tests {
         };
         assert_eq!(held.report("a").master, None);
         assert_eq!(held.report("a").known_sentinels, 1);
+    }
+
+    #[test]
+    fn the_roll_reads_a_master_and_a_held_replica_from_info() {
+        let master = Info::parse(
+            "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=a-1.a-headless.ns.svc.cluster.local,port=6379,state=online,offset=42,lag=0\r\nmaster_failover_state:no-failover\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:42\r\nsecond_repl_offset:-1\r\n# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n",
+        );
+        let Some(Server::Master(info)) = server_of("a", &master) else {
+            panic!("not a master: {:?}", server_of("a", &master));
+        };
+        assert_eq!(info.offset, 42);
+        assert_eq!(info.keys, 3);
+        assert_eq!(info.replid2, None);
+        assert_eq!(info.second_offset, None);
+        assert_eq!(
+            info.replicas,
+            vec![ConnectedReplica {
+                ordinal: Some(1),
+                online: true,
+                offset: 42
+            }]
+        );
+        let held = Info::parse(
+            "# Replication\r\nrole:slave\r\nmaster_host:vko-hold.invalid\r\nmaster_port:6379\r\nmaster_link_status:down\r\nmaster_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:0\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\n",
+        );
+        let Some(Server::Replica(info)) = server_of("a", &held) else {
+            panic!("not a replica");
+        };
+        assert_eq!(info.following, None);
+        assert!(!info.link_up);
+    }
+
+    const MASTER_INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=a-1.a-headless.ns.svc.cluster.local,port=6379,state=online,offset=42,lag=0\r\nmaster_replid:abc\r\nmaster_repl_offset:42\r\n# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n";
+    const REPLICA_INFO: &str = "# Replication\r\nrole:slave\r\nmaster_host:a-0.a-headless.ns.svc.cluster.local\r\nmaster_port:6379\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:40\r\nconnected_slaves:0\r\nmaster_replid:abc\r\nmaster_repl_offset:41\r\n# Persistence\r\nloading:1\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:1700000000\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n";
+
+    #[test]
+    fn one_info_answer_feeds_both_the_authority_and_the_roll() {
+        let master = DataAnswer::Answered(Info::parse(MASTER_INFO));
+        assert_eq!(
+            pod_probe("a", 0, &master),
+            PodProbe {
+                ordinal: 0,
+                pod: "a-0".into(),
+                state: ProbeState::Master {
+                    repl_offset: 42,
+                    keys: 3,
+                    connected_replicas: 1
+                },
+            }
+        );
+        let Server::Master(info) = server("a", &master) else {
+            panic!("not a master");
+        };
+        assert_eq!(
+            (info.offset, info.keys, info.replid.as_str()),
+            (42, 3, "abc")
+        );
+        let replica = DataAnswer::Answered(Info::parse(REPLICA_INFO));
+        // The authority counts the larger of the two offsets, the roll the replication offset.
+        assert_eq!(
+            pod_probe("a", 1, &replica).state,
+            ProbeState::Replica {
+                master_ordinal: Some(0),
+                in_hold: false,
+                link_up: true,
+                syncing: false,
+                repl_offset: 41,
+                keys: 2,
+            }
+        );
+        let Server::Replica(info) = server("a", &replica) else {
+            panic!("not a replica");
+        };
+        assert_eq!(info.following, Some(0));
+        assert!(info.link_up && info.loading && !info.syncing);
+        assert_eq!((info.offset, info.keys), (40, 2));
+    }
+
+    #[test]
+    fn a_pod_that_did_not_answer_is_unreachable_to_both_readers() {
+        let down = DataAnswer::NotRunning("phase Pending".into());
+        assert_eq!(
+            pod_probe("a", 2, &down).state,
+            ProbeState::NotRunning("phase Pending".into())
+        );
+        assert_eq!(server("a", &down), Server::Unreachable);
+        let refused = DataAnswer::Unreachable("connection refused".into());
+        assert_eq!(
+            pod_probe("a", 2, &refused).state,
+            ProbeState::Unreachable("connection refused".into())
+        );
+        assert_eq!(server("a", &refused), Server::Unreachable);
+        // An answer without a replication section is unreachable to the authority too.
+        let garbled = DataAnswer::Answered(Info::parse("# Server\r\nredis_version:8.0.0\r\n"));
+        assert!(matches!(
+            pod_probe("a", 2, &garbled).state,
+            ProbeState::Unreachable(_)
+        ));
+        assert_eq!(server("a", &garbled), Server::Unreachable);
+    }
+
+    #[test]
+    fn a_sentinel_that_considers_the_master_down_names_none() {
+        let answer = SentinelAnswer {
+            master: "a-1.a-headless.ns.svc.cluster.local".into(),
+            master_down: true,
+            replicas: vec!["a-0.a-headless.ns.svc.cluster.local".into()],
+            other_sentinels: 2,
+        };
+        assert_eq!(
+            answer.report("a"),
+            SentinelReport {
+                master: None,
+                replicas: vec![0],
+                known_sentinels: 3,
+            }
+        );
+    }
+
+    #[test]
+    fn an_fqdn_is_dialled_at_the_ip_of_its_running_pod() {
+        let pod = |name: &str, phase: &str| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name},
+                    "status": {"phase": phase, "podIP": "10.0.0.9"}
+                }))
+                .unwrap(),
+            )
+        };
+        let pods = [pod("a-0", "Running"), pod("a-1", "Pending")];
+        let dialer = by_pod_ip(Dialer::new(None), pods.iter());
+        let resolve = dialer.resolve.as_ref().unwrap();
+        assert_eq!(
+            resolve("a-0.a-headless.ns.svc.cluster.local").unwrap(),
+            "10.0.0.9"
+        );
+        let error = resolve("a-1.a-headless.ns.svc.cluster.local").unwrap_err();
+        assert!(
+            error.to_string().contains("pod a-1 is not running"),
+            "{error}"
+        );
+        assert_eq!(dialer.connect_timeout, DIAL_TIMEOUT);
     }
 }

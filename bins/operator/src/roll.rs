@@ -1,5 +1,6 @@
 //! The rolling update, driven: builds `vko-roll`'s [`World`] from the stores (pods, the
-//! StatefulSets' template hashes) and from asking every data pod and Sentinel, runs
+//! StatefulSets' template hashes) and from the pass's one probe round of every data pod and
+//! Sentinel ([`crate::dataplane::PlaneAnswers`]), runs
 //! [`vko_roll::next`], executes its one action (delete a pod with a UID precondition, or the
 //! lossless [`vko_valkey::switchover`]) and hands back what the status step records.
 //!
@@ -19,18 +20,13 @@ use vko_api::{ConditionType, Valkey};
 use vko_authority::{Electorate, SentinelReport, ordinal_of};
 use vko_render::{Names, POD_SPEC_HASH_ANNOTATION};
 use vko_roll::{
-    Action, ConnectedReplica, DataPod, DataTier, Decision, MasterInfo, Millis, ReplicaInfo,
-    RollState, SentinelPod, SentinelTier, SentinelView, Server, SwitchoverKind, Terminating, Tier,
-    World,
-};
-use vko_valkey::parse::{
-    Info, KeyspaceInfo, LinkStatus, PersistenceInfo, ReplicaSyncState, ReplicationInfo,
-    ReplicationRole,
+    Action, DataPod, DataTier, Decision, Millis, RollState, SentinelPod, SentinelTier,
+    SentinelView, SwitchoverKind, Terminating, Tier, World,
 };
 use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
-use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+use vko_valkey::{Dialer, SentinelClient, ValkeyClient};
 
-use crate::dataplane::{self, DIAL_TIMEOUT, DialConfig};
+use crate::dataplane::{self, PlaneAnswers};
 use crate::error::Error;
 use crate::leader::Leadership;
 use crate::stores::Stores;
@@ -61,7 +57,12 @@ pub struct RollInputs<'a> {
     pub valkey: &'a Valkey,
     pub namespace: &'a str,
     pub names: &'a Names,
-    pub dial: &'a DialConfig,
+    /// Reaches the pods by IP (`dataplane::by_pod_ip`).
+    pub dialer: &'a Dialer,
+    pub valkey_port: u16,
+    pub sentinel_port: u16,
+    /// This pass's probe round.
+    pub answers: &'a PlaneAnswers,
     pub data_pods: &'a BTreeMap<u32, Arc<Pod>>,
     pub sentinel_pods: &'a [Arc<Pod>],
     /// Without Sentinel: `status.masterPod` as an ordinal (ADR 0005).
@@ -209,65 +210,20 @@ pub fn wanted(inputs: &RollInputs<'_>) -> bool {
             && outdated(inputs.sentinel_pods.iter().collect(), &sentinel_target))
 }
 
-/// The operator's way of reaching pods: announced FQDN → pod IP, TLS verified against the FQDN.
-pub struct PodDial<'a> {
-    dial: &'a DialConfig,
-    /// Pod name → IP of every running pod of the cluster.
-    ips: BTreeMap<String, String>,
-    /// The switchover asks it before each step it cannot take back.
+/// The pass's [`Dialer`] with the leader gate: the switchover asks it before each step it cannot
+/// take back (ADR 0017).
+struct FencedDial<'a> {
+    dialer: &'a Dialer,
     leadership: &'a Leadership,
 }
 
-impl<'a> PodDial<'a> {
-    pub fn new(
-        dial: &'a DialConfig,
-        pods: impl Iterator<Item = &'a Arc<Pod>>,
-        leadership: &'a Leadership,
-    ) -> PodDial<'a> {
-        let ips = pods
-            .filter_map(|pod| Some((pod.name_any(), dataplane::pod_ip_if_running(pod).ok()?)))
-            .collect();
-        PodDial {
-            dial,
-            ips,
-            leadership,
-        }
-    }
-
-    fn options(
-        &self,
-        at: &Address,
-        password: Option<&String>,
-    ) -> vko_valkey::Result<ConnectOptions> {
-        let pod = at.host.split('.').next().unwrap_or_default();
-        let ip = self
-            .ips
-            .get(pod)
-            .ok_or_else(|| vko_valkey::Error::Connection {
-                addr: at.to_string(),
-                detail: format!("pod {pod} is not running or has no IP"),
-            })?;
-        let mut options = ConnectOptions::new(ip.clone(), at.port);
-        options.password = password.cloned();
-        options.connect_timeout = DIAL_TIMEOUT;
-        options.command_timeout = DIAL_TIMEOUT;
-        options.tls = self.dial.tls.clone().map(|tls| TlsOptions {
-            server_name: Some(at.host.clone()),
-            ..tls
-        });
-        Ok(options)
-    }
-}
-
-impl Dial for PodDial<'_> {
+impl Dial for FencedDial<'_> {
     async fn valkey(&self, at: &Address) -> vko_valkey::Result<ValkeyClient> {
-        let options = self.options(at, self.dial.password.as_ref())?;
-        ValkeyClient::connect(&options).await
+        self.dialer.valkey(at).await
     }
 
     async fn sentinel(&self, at: &Address) -> vko_valkey::Result<SentinelClient> {
-        let options = self.options(at, self.dial.sentinel_password.as_ref())?;
-        SentinelClient::connect(&options).await
+        self.dialer.sentinel(at).await
     }
 
     fn may_proceed(&self, step: &'static str) -> Result<(), String> {
@@ -275,98 +231,6 @@ impl Dial for PodDial<'_> {
             .check(step)
             .map_err(|refused| refused.to_string())
     }
-}
-
-/// `INFO` (replication, persistence, keyspace) of one data pod, as the machine sees it.
-async fn probe_server(name: &str, dial: &PodDial<'_>, at: &Address) -> Server {
-    let answer = async {
-        let client = dial.valkey(at).await?;
-        let info = client.info("default").await;
-        client.close().await;
-        info
-    };
-    match answer.await {
-        Ok(info) => server_of(name, &info).unwrap_or(Server::Unreachable),
-        Err(error) => {
-            tracing::debug!(pod = %at, %error, "roll probe: no answer");
-            Server::Unreachable
-        }
-    }
-}
-
-fn offset(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-/// The machine's view of one `INFO` answer.
-pub fn server_of(name: &str, info: &Info) -> Option<Server> {
-    let replication = ReplicationInfo::from_info(info).ok()?;
-    let keys = KeyspaceInfo::from_info(info)
-        .map(|k| k.total_keys())
-        .unwrap_or(0);
-    let loading = PersistenceInfo::from_info(info).is_ok_and(|p| p.loading);
-    Some(match replication.role {
-        ReplicationRole::Master => Server::Master(MasterInfo {
-            offset: offset(replication.master_repl_offset),
-            keys,
-            replicas: replication
-                .replicas
-                .iter()
-                .map(|r| ConnectedReplica {
-                    ordinal: ordinal_of(name, &r.host),
-                    online: r.state == ReplicaSyncState::Online,
-                    offset: offset(r.offset),
-                })
-                .collect(),
-            replid: replication.master_replid.clone(),
-            replid2: replication
-                .master_replid2
-                .clone()
-                .filter(|id| id.bytes().any(|b| b != b'0')),
-            second_offset: replication
-                .second_repl_offset
-                .and_then(|o| u64::try_from(o).ok()),
-        }),
-        ReplicationRole::Replica => {
-            let upstream = replication.upstream.as_ref();
-            Server::Replica(ReplicaInfo {
-                following: upstream
-                    .and_then(|u| ordinal_of(name, &u.master_host))
-                    .filter(|_| upstream.is_some_and(|u| u.master_host != dataplane::HOLD_HOST)),
-                link_up: upstream.is_some_and(|u| u.link_status == LinkStatus::Up),
-                syncing: upstream.is_some_and(|u| u.sync_in_progress),
-                loading,
-                offset: offset(upstream.map_or(replication.master_repl_offset, |u| u.repl_offset)),
-                keys,
-            })
-        }
-    })
-}
-
-/// One Sentinel's answer in ordinals: the master it names (none when it considers the master
-/// down) and the replicas it knows in good health.
-async fn ask_sentinel(name: &str, dial: &PodDial<'_>, at: &Address) -> Option<SentinelReport> {
-    let client = dial.sentinel(at).await.ok()?;
-    let master = client.master(name).await;
-    let replicas = client.replicas(name).await;
-    client.close().await;
-    let master = master.ok()?;
-    let named = (!master.flags.is_down())
-        .then(|| ordinal_of(name, &master.host))
-        .flatten();
-    let known = replicas
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|r| !r.flags.is_down())
-        .filter_map(|r| ordinal_of(name, &r.host))
-        .collect();
-    Some(SentinelReport {
-        master: named,
-        replicas: known,
-        known_sentinels: usize::try_from(master.num_other_sentinels)
-            .unwrap_or(usize::MAX)
-            .saturating_add(1),
-    })
 }
 
 /// The machine's [`SentinelView`]: the master authority's verdict over every Sentinel of the
@@ -382,8 +246,8 @@ fn sentinel_view(electorate: Electorate, answers: &[Option<SentinelReport>]) -> 
     }
 }
 
-/// Observes the world of one `Valkey`.
-pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<World> {
+/// The world of one `Valkey` as the stores and the probe round show it.
+pub fn world(inputs: &RollInputs<'_>) -> Option<World> {
     let spec = &inputs.valkey.spec;
     let names = inputs.names;
     let name = names.name();
@@ -394,24 +258,23 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
             .statefulset(inputs.namespace, &data_sts)
             .as_deref(),
     )?;
-    let port = dial.dial.valkey_port;
-    let servers = futures::future::join_all(inputs.data_pods.keys().map(|ordinal| {
-        let at = Address::new(names.data_pod_fqdn(*ordinal), port);
-        async move { probe_server(name, dial, &at).await }
-    }))
-    .await;
     let pods = inputs
         .data_pods
         .iter()
-        .zip(servers)
-        .map(|((ordinal, pod), server)| DataPod {
+        .map(|(ordinal, pod)| DataPod {
             ordinal: *ordinal,
             name: pod.name_any(),
             created_at: millis(pod.metadata.creation_timestamp.as_ref()),
             template_hash: template_hash_of_pod(pod),
             ready: dataplane::pod_is_ready(pod),
             terminating: terminating(pod),
-            server,
+            server: inputs
+                .answers
+                .data
+                .get(ordinal)
+                .map_or(vko_roll::Server::Unreachable, |answer| {
+                    dataplane::server(name, answer)
+                }),
         })
         .collect();
     let sentinel = if spec.sentinel_enabled() {
@@ -422,24 +285,21 @@ pub async fn observe(inputs: &RollInputs<'_>, dial: &PodDial<'_>) -> Option<Worl
                 .statefulset(inputs.namespace, &sentinel_sts)
                 .as_deref(),
         )?;
-        let sentinel_port = dial.dial.sentinel_port;
+        let answered: BTreeMap<&str, Option<SentinelReport>> = inputs
+            .answers
+            .sentinels
+            .iter()
+            .map(|s| (s.pod.as_str(), s.answer.as_ref().map(|a| a.report(name))))
+            .collect();
         let pods: Vec<(u32, &Arc<Pod>)> = inputs
             .sentinel_pods
             .iter()
             .filter_map(|pod| Some((ordinal_of(&sentinel_sts, &pod.name_any())?, pod)))
             .collect();
-        let answers = futures::future::join_all(pods.iter().map(|(ordinal, pod)| {
-            let at = Address::new(names.sentinel_pod_fqdn(*ordinal), sentinel_port);
-            let running = dataplane::pod_ip_if_running(pod).is_ok();
-            async move {
-                if running {
-                    ask_sentinel(name, dial, &at).await
-                } else {
-                    None
-                }
-            }
-        }))
-        .await;
+        let answers: Vec<Option<SentinelReport>> = pods
+            .iter()
+            .map(|(_, pod)| answered.get(pod.name_any().as_str()).cloned().flatten())
+            .collect();
         Some(SentinelTier {
             statefulset: sentinel_sts,
             replicas: spec.sentinel_replicas_u32(),
@@ -543,12 +403,11 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
     if !wanted(inputs) {
         return None;
     }
-    let dial = PodDial::new(
-        inputs.dial,
-        inputs.data_pods.values().chain(inputs.sentinel_pods.iter()),
-        inputs.leadership,
-    );
-    let world = observe(inputs, &dial).await?;
+    let dial = &FencedDial {
+        dialer: inputs.dialer,
+        leadership: inputs.leadership,
+    };
+    let world = world(inputs)?;
     let recorded = recorded_state(inputs.valkey);
     let now = now();
     let decision = vko_roll::next(&world, &recorded, now);
@@ -591,7 +450,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
             kind,
             ..
         } => {
-            let port = inputs.dial.valkey_port;
+            let port = inputs.valkey_port;
             let old_address = Address::new(inputs.names.data_pod_fqdn(*from), port);
             let promoter = match kind {
                 SwitchoverKind::SentinelFailover => Promoter::Sentinel {
@@ -606,7 +465,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                                 .map(|p| {
                                     Address::new(
                                         inputs.names.sentinel_pod_fqdn(p.ordinal),
-                                        inputs.dial.sentinel_port,
+                                        inputs.sentinel_port,
                                     )
                                 })
                                 .collect()
@@ -632,7 +491,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                 .await
                 .map_err(|e| data_plane("connect", e))?;
             let outcome = switchover::switchover(
-                &dial,
+                dial,
                 &old,
                 &old_address,
                 &promoter,
@@ -667,7 +526,7 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
             pod,
             ..
         } => {
-            let port = inputs.dial.valkey_port;
+            let port = inputs.valkey_port;
             let at = Address::new(inputs.names.data_pod_fqdn(*ordinal), port);
             let client = dial.valkey(&at).await.map_err(|source| Error::DataPlane {
                 action: "connect",
@@ -781,35 +640,5 @@ mod tests {
         assert_eq!(one.answered, 1);
         assert_eq!(one.master, None);
         assert_eq!(one.agreeing, 0);
-    }
-
-    #[test]
-    fn info_of_a_master_and_a_held_replica() {
-        let master = Info::parse(
-            "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=a-1.a-headless.ns.svc.cluster.local,port=6379,state=online,offset=42,lag=0\r\nmaster_failover_state:no-failover\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:42\r\nsecond_repl_offset:-1\r\n# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n",
-        );
-        let Some(Server::Master(info)) = server_of("a", &master) else {
-            panic!("not a master: {:?}", server_of("a", &master));
-        };
-        assert_eq!(info.offset, 42);
-        assert_eq!(info.keys, 3);
-        assert_eq!(info.replid2, None);
-        assert_eq!(info.second_offset, None);
-        assert_eq!(
-            info.replicas,
-            vec![ConnectedReplica {
-                ordinal: Some(1),
-                online: true,
-                offset: 42
-            }]
-        );
-        let held = Info::parse(
-            "# Replication\r\nrole:slave\r\nmaster_host:vko-hold.invalid\r\nmaster_port:6379\r\nmaster_link_status:down\r\nmaster_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:0\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\nmaster_replid:abc\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\n",
-        );
-        let Some(Server::Replica(info)) = server_of("a", &held) else {
-            panic!("not a replica");
-        };
-        assert_eq!(info.following, None);
-        assert!(!info.link_up);
     }
 }

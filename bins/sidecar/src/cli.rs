@@ -16,7 +16,8 @@ use crate::init::InitSettings;
 use crate::node::Node;
 use crate::pod_api::{KubePodApi, PodApi};
 use crate::sentinel_init::SentinelInit;
-use crate::topology::{Dialer, Discovery, DnsNames, Endpoint, TlsFiles, Topology, sentinels_of};
+use crate::topology::{Discovery, DnsNames, Endpoint, Topology, sentinels_of};
+use vko_valkey::{Dialer, TlsFiles, TlsMaterial};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -142,12 +143,15 @@ pub fn password_from_env() -> Result<Option<String>> {
 }
 
 impl TlsArgs {
-    fn files(&self) -> Option<TlsFiles> {
-        self.tls_ca_file.as_ref().map(|ca| TlsFiles {
+    /// One dialer for both tiers: the same password (Sentinel without it when it refuses) and
+    /// the same TLS files.
+    fn dialer(&self, password: Option<String>) -> Dialer {
+        let files = self.tls_ca_file.as_ref().map(|ca| TlsFiles {
             ca: ca.clone(),
             cert: self.tls_cert_file.clone(),
             key: self.tls_key_file.clone(),
-        })
+        });
+        Dialer::new(password).with_tls(files.map(TlsMaterial::Files))
     }
 }
 
@@ -213,7 +217,7 @@ pub async fn run_init(args: InitArgs) -> Result<()> {
     let password = password_from_env()?;
     let node = Node {
         topology: args.cluster.topology(args.replica_config.clone())?,
-        dialer: Dialer::new(password.clone(), args.tls.files()),
+        dialer: args.tls.dialer(password.clone()),
         pods: Arc::new(NoPodApi),
         my_pod: args.cluster.pod_name.clone(),
         active_config: args.output.clone(),
@@ -249,7 +253,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
         .filter(|s| *s != me)
         .collect();
     let password = password_from_env()?;
-    let dialer = Dialer::new(password.clone(), args.tls.files());
+    let dialer = args.tls.dialer(password.clone());
     let init = SentinelInit {
         template: args.template,
         output: args.output,
@@ -271,7 +275,7 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
     let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace).await?;
     let node = Node {
         topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,
-        dialer: Dialer::new(password, args.tls.files()),
+        dialer: args.tls.dialer(password),
         pods: Arc::new(pods),
         my_pod: args.cluster.pod_name.clone(),
         active_config: args.active_config,
@@ -331,7 +335,7 @@ mod tests {
             )
         );
         assert_eq!(topo.monitor.as_deref(), Some("production"));
-        assert!(init.tls.files().is_some());
+        assert!(init.tls.dialer(None).tls.is_some());
 
         let run = with(&[
             "run",
@@ -433,7 +437,7 @@ mod tests {
                 .monitor
                 .is_none()
         );
-        assert!(run.tls.files().is_none());
+        assert!(run.tls.dialer(None).tls.is_none());
         // No way to pass the password as an argument.
         assert!(Cli::try_parse_from(["vko-sidecar", "run", "--password=x"]).is_err());
     }

@@ -13,11 +13,7 @@ use vko_render::{quote_arg, split_args};
 
 use crate::error::{Result, SidecarError};
 use crate::topology::Endpoint;
-
-/// The hold (ADR 0005): `.invalid` never resolves (RFC 2606), so a server started with
-/// `replicaof vko-hold.invalid <port>` is a replica whose link stays down: it serves no writes and
-/// refuses to be synced from.
-pub const HOLD_HOST: &str = "vko-hold.invalid";
+use vko_authority::HOLD_HOST;
 
 /// Marks what the sidecar appended, for a human reading the file.
 const ADDED_COMMENT: &str = "# Added by vko-sidecar (identity, credentials, role per ADR 0005).";

@@ -3,8 +3,9 @@
 
 use vko_authority::{Electorate, InstanceRole, Vote};
 
-use crate::conf::{HOLD_HOST, RoleLine};
+use crate::conf::RoleLine;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
+use vko_authority::HOLD_HOST;
 
 /// Who says which pod is master.
 #[derive(Debug, Clone, PartialEq, Eq)]

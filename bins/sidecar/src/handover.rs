@@ -9,13 +9,12 @@
 use std::time::Duration;
 
 use vko_authority::InstanceRole;
-use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
-use vko_valkey::{SentinelClient, ValkeyClient};
+use vko_valkey::switchover::{self, Outcome, Promoter};
 
 use crate::decide;
 use crate::error::{Result, SidecarError};
 use crate::node::Node;
-use crate::topology::{Dialer, Endpoint};
+use crate::topology::Endpoint;
 
 #[derive(Debug, Clone)]
 pub struct HandoverSettings {
@@ -49,35 +48,6 @@ pub enum HandoverOutcome {
     },
 }
 
-fn address(ep: &Endpoint) -> Address {
-    Address::new(ep.host.clone(), ep.port)
-}
-
-fn endpoint(address: &Address) -> Endpoint {
-    Endpoint::new(address.host.clone(), address.port)
-}
-
-/// The sidecar's dialer as the shared procedure's [`Dial`]: announced names are dialled as they
-/// are (the pod resolves them).
-struct PodDial<'a>(&'a Dialer);
-
-fn valkey_error(error: SidecarError) -> vko_valkey::Error {
-    match error {
-        SidecarError::Valkey { source, .. } => source,
-        other => vko_valkey::Error::InvalidOptions(other.to_string()),
-    }
-}
-
-impl Dial for PodDial<'_> {
-    async fn valkey(&self, at: &Address) -> vko_valkey::Result<ValkeyClient> {
-        self.0.valkey(&endpoint(at)).await.map_err(valkey_error)
-    }
-
-    async fn sentinel(&self, at: &Address) -> vko_valkey::Result<SentinelClient> {
-        self.0.sentinel(&endpoint(at)).await.map_err(valkey_error)
-    }
-}
-
 /// Hand the master role over if this server is the master.
 pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<HandoverOutcome> {
     let local = node.local().await?;
@@ -93,7 +63,7 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
             let sentinels = node.topology.sentinels().await;
             Promoter::Sentinel {
                 name,
-                sentinels: sentinels.iter().map(address).collect(),
+                sentinels,
                 // The data pod is not told `spec.sentinel.replicas` (ADR 0014): the electorate
                 // is the Sentinels discovered and the peer counts they report.
                 configured: 0,
@@ -105,14 +75,7 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
         pause: settings.pause,
         poll: settings.poll,
     };
-    let result = switchover::switchover(
-        &PodDial(&node.dialer),
-        &local,
-        &address(node.me()),
-        &promoter,
-        &shared,
-    )
-    .await;
+    let result = switchover::switchover(&node.dialer, &local, node.me(), &promoter, &shared).await;
     local.close().await;
     let report = match result {
         Ok(Outcome::NotMaster) => return Ok(HandoverOutcome::NotMaster),
@@ -128,7 +91,7 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
             });
         }
     };
-    let new_master = endpoint(&report.new_master);
+    let new_master = report.new_master;
     // A restart of this server must come back as the new master's replica (ADR 0005).
     if let Some(role) = decide::file_role(
         &decide::LiveRole::ReplicaOf(new_master.clone()),

@@ -10,7 +10,8 @@ use crate::conf::{self, RoleLine};
 use crate::decide::{self, Authority};
 use crate::error::{Result, SidecarError};
 use crate::pod_api::PodApi;
-use crate::topology::{Dialer, Endpoint, Topology, ask_sentinels};
+use crate::topology::{Endpoint, Topology, ask_sentinels};
+use vko_valkey::Dialer;
 
 pub struct Node {
     pub topology: Topology,
@@ -29,9 +30,11 @@ impl Node {
 
     /// The pod's own valkey-server, its certificate checked against the pod's FQDN.
     pub async fn local(&self) -> Result<ValkeyClient> {
+        let local = &self.topology.local;
         self.dialer
-            .valkey_via(&self.topology.local, &self.topology.me.host)
+            .valkey_via(local, &self.topology.me.host)
             .await
+            .map_err(SidecarError::valkey(format!("connect to {local}")))
     }
 
     /// No Sentinel and no replica config: one pod, nothing to replicate or guard.

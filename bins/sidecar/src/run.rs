@@ -300,7 +300,13 @@ impl Keeper {
 async fn request_failover(node: &Node, name: &str) {
     for sentinel in node.topology.sentinels().await {
         let result = async {
-            let client = node.dialer.sentinel(&sentinel).await?;
+            let client = node
+                .dialer
+                .sentinel(&sentinel)
+                .await
+                .map_err(SidecarError::valkey(format!(
+                    "connect to sentinel {sentinel}"
+                )))?;
             let r = client
                 .failover(name)
                 .await

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::conf::{self, SentinelIdentity};
 use crate::decide;
 use crate::error::{Result, SidecarError};
-use crate::topology::{Dialer, Endpoint, ask_sentinels};
+use crate::topology::{Endpoint, ask_sentinels};
+use vko_valkey::Dialer;
 
 #[derive(Debug, Clone)]
 pub struct SentinelInit {

@@ -6,166 +6,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use vko_authority::HOLD_HOST;
 use vko_valkey::parse::ReplicationRole;
-use vko_valkey::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
+use vko_valkey::{Dialer, ValkeyClient};
 
-use crate::conf::HOLD_HOST;
 use crate::error::{Result, SidecarError};
 
 /// A Valkey or Sentinel instance as it is announced (host name and port). Identity is compared
 /// on both: in a pod the host differs per instance, in tests the port does.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-}
-
-impl Endpoint {
-    pub fn new(host: impl Into<String>, port: u16) -> Endpoint {
-        Endpoint {
-            host: host.into(),
-            port,
-        }
-    }
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// TLS client material, re-read on every dial so a rotated Secret is picked up.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub ca: PathBuf,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-}
-
-/// How to connect: password, TLS, timeouts.
-#[derive(Debug, Clone)]
-pub struct Dialer {
-    pub password: Option<String>,
-    pub tls: Option<TlsFiles>,
-    pub connect_timeout: Duration,
-    pub command_timeout: Duration,
-}
-
-impl Dialer {
-    pub fn new(password: Option<String>, tls: Option<TlsFiles>) -> Dialer {
-        Dialer {
-            password,
-            tls,
-            connect_timeout: Duration::from_millis(1500),
-            command_timeout: Duration::from_secs(2),
-        }
-    }
-
-    fn options(&self, dial: &Endpoint, tls_name: &str, password: bool) -> Result<ConnectOptions> {
-        self.options_with(dial, tls_name, password, true)
-    }
-
-    fn options_with(
-        &self,
-        dial: &Endpoint,
-        tls_name: &str,
-        password: bool,
-        client_cert: bool,
-    ) -> Result<ConnectOptions> {
-        let mut opts = ConnectOptions::new(dial.host.clone(), dial.port);
-        opts.connect_timeout = self.connect_timeout;
-        opts.command_timeout = self.command_timeout;
-        if password {
-            opts.password.clone_from(&self.password);
-        }
-        if let Some(files) = &self.tls {
-            let read = |p: &PathBuf| std::fs::read(p).map_err(SidecarError::file(p));
-            opts.tls = Some(TlsOptions {
-                ca_pem: read(&files.ca)?,
-                client_cert_pem: files
-                    .cert
-                    .as_ref()
-                    .filter(|_| client_cert)
-                    .map(read)
-                    .transpose()?,
-                client_key_pem: files
-                    .key
-                    .as_ref()
-                    .filter(|_| client_cert)
-                    .map(read)
-                    .transpose()?,
-                server_name: Some(tls_name.to_owned()),
-            });
-        }
-        Ok(opts)
-    }
-
-    /// A valkey-server at its announced address.
-    pub async fn valkey(&self, ep: &Endpoint) -> Result<ValkeyClient> {
-        self.valkey_via(ep, &ep.host).await
-    }
-
-    /// A valkey-server dialled at `dial`, its certificate verified against `tls_name` (the pod's
-    /// own server through 127.0.0.1).
-    ///
-    /// The servers run `tls-auth-clients optional`, yet verify a certificate that is presented;
-    /// a pod certificate without the `clientAuth` usage (a user-provided Secret) is refused
-    /// then, so the handshake is retried once without presenting it.
-    pub async fn valkey_via(&self, dial: &Endpoint, tls_name: &str) -> Result<ValkeyClient> {
-        let opts = self.options(dial, tls_name, true)?;
-        match ValkeyClient::connect(&opts).await {
-            Err(e)
-                if e.reason() == "Tls"
-                    && opts
-                        .tls
-                        .as_ref()
-                        .is_some_and(|t| t.client_cert_pem.is_some()) =>
-            {
-                tracing::debug!(%dial, error = %e, "TLS refused with the client certificate; retrying without");
-                let opts = self.options_with(dial, tls_name, true, false)?;
-                ValkeyClient::connect(&opts)
-                    .await
-                    .map_err(SidecarError::valkey(format!("connect to {dial}")))
-            }
-            result => result.map_err(SidecarError::valkey(format!("connect to {dial}"))),
-        }
-    }
-
-    /// A Sentinel. With the password first; a Sentinel whose own auth is disabled refuses AUTH
-    /// ("called without any password configured"), so then without. A refused client
-    /// certificate is retried without it, as for `valkey_via`.
-    pub async fn sentinel(&self, ep: &Endpoint) -> Result<SentinelClient> {
-        let has_cert = self.tls.as_ref().is_some_and(|t| t.cert.is_some());
-        let mut last = None;
-        for (password, cert) in [(true, true), (false, true), (true, false), (false, false)] {
-            if (!password && self.password.is_none()) || (!cert && !has_cert) {
-                continue;
-            }
-            let opts = self.options_with(ep, &ep.host, password, cert)?;
-            match SentinelClient::connect(&opts).await {
-                Ok(client) => return Ok(client),
-                Err(e) => {
-                    let retry = refused_auth(&e) || e.reason() == "Tls";
-                    last = Some(e);
-                    if !retry {
-                        break;
-                    }
-                }
-            }
-        }
-        Err(SidecarError::Valkey {
-            what: format!("connect to sentinel {ep}"),
-            source: last.unwrap_or_else(|| {
-                vko_valkey::Error::InvalidOptions("no connection attempt".into())
-            }),
-        })
-    }
-}
-
-fn refused_auth(e: &vko_valkey::Error) -> bool {
-    e.reason() == "AuthFailed" || e.to_string().contains("without any password configured")
-}
+pub type Endpoint = vko_valkey::switchover::Address;
 
 /// Where the cluster's pods are found in a real pod: stable DNS names through the headless
 /// Services (`<cluster>-<i>.<headless>.<ns>.svc.<domain>`).
@@ -406,7 +255,10 @@ pub async fn report_of(client: &ValkeyClient, endpoint: &Endpoint) -> Result<Pee
 /// Ask one peer, with the dialer's short timeouts.
 pub async fn probe(dialer: &Dialer, ep: &Endpoint) -> PeerEvidence {
     let answer = async {
-        let client = dialer.valkey(ep).await?;
+        let client = dialer
+            .valkey(ep)
+            .await
+            .map_err(SidecarError::valkey(format!("connect to {ep}")))?;
         let report = report_of(&client, ep).await;
         client.close().await;
         report
@@ -436,7 +288,12 @@ pub struct SentinelAnswer {
 
 async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<SentinelAnswer> {
     let answer = async {
-        let client = dialer.sentinel(sentinel).await?;
+        let client = dialer
+            .sentinel(sentinel)
+            .await
+            .map_err(SidecarError::valkey(format!(
+                "connect to sentinel {sentinel}"
+            )))?;
         let master = client
             .master(name)
             .await

@@ -8,13 +8,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{FakePods, HOST, MONITOR, Sentinel, Server, eventually, missing, node_for, writer};
+use common::{
+    FakePods, HOST, MONITOR, Sentinel, Server, WriterLog, eventually, missing, node_for, writer,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vko_authority::HOLD_HOST;
 use vko_authority::InstanceRole;
-use vko_sidecar::conf::{HOLD_HOST, RoleLine, role_line_of};
+use vko_sidecar::conf::{RoleLine, role_line_of};
 use vko_sidecar::decide::{HoldExit, LiveRole};
 use vko_sidecar::handover::{HandoverOutcome, HandoverSettings, handover};
 use vko_sidecar::init::{InitSettings, decide_role};
+use vko_sidecar::node::Node;
 use vko_sidecar::run::{Keeper, Shared, router};
 use vko_sidecar::topology::Endpoint;
 use vko_valkey::parse::{ReplicationRole, RoleReply};
@@ -91,6 +95,59 @@ fn report(name: &str, acked: usize, errors: u64, lost: usize, pause: Duration, g
     );
 }
 
+/// Hands the master of `node` over while a writer writes through `find_master`, `settle` after,
+/// and returns the new master, the write pause and what the writer saw.
+async fn handover_under_writes<F, Fut>(
+    node: &Node,
+    prefix: &str,
+    settle: Duration,
+    find_master: F,
+) -> (Endpoint, Duration, WriterLog)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<Endpoint>> + Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_task = tokio::spawn(writer(stop.clone(), prefix.into(), find_master));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let outcome = handover(node, &HandoverSettings::default()).await.unwrap();
+    tokio::time::sleep(settle).await;
+    stop.store(true, Ordering::SeqCst);
+    let log = writer_task.await.unwrap();
+    let HandoverOutcome::HandedOver {
+        new_master,
+        write_pause,
+    } = outcome
+    else {
+        panic!("no handover: {outcome:?}")
+    };
+    (new_master, write_pause, log)
+}
+
+/// Every write the writer saw acknowledged is on `promoted`; the figures are printed.
+async fn assert_no_acknowledged_write_lost(
+    name: &str,
+    promoted: &ValkeyClient,
+    log: &WriterLog,
+    write_pause: Duration,
+) {
+    let lost = missing(promoted, &log.acked).await;
+    report(
+        name,
+        log.acked.len(),
+        log.errors,
+        lost,
+        write_pause,
+        log.max_gap,
+    );
+    assert!(
+        log.acked.len() > 200,
+        "writer barely wrote: {}",
+        log.acked.len()
+    );
+    assert_eq!(lost, 0, "OK-acknowledged writes lost");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn handover_with_sentinel_loses_no_acknowledged_write() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
@@ -104,24 +161,12 @@ async fn handover_with_sentinel_loses_no_acknowledged_write() {
         pods.clone(),
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
     let eps: Vec<Endpoint> = sentinels.iter().map(Sentinel::endpoint).collect();
-    let writer_task = tokio::spawn(writer(stop.clone(), "ws".into(), move || {
-        sentinel_master(eps.clone())
-    }));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let outcome = handover(&node, &HandoverSettings::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::SeqCst);
-    let log = writer_task.await.unwrap();
-
-    let HandoverOutcome::HandedOver {
-        new_master,
-        write_pause,
-    } = outcome
-    else {
-        panic!("no handover: {outcome:?}")
-    };
+    let (new_master, write_pause, log) =
+        handover_under_writes(&node, "ws", Duration::from_secs(3), move || {
+            sentinel_master(eps.clone())
+        })
+        .await;
     assert!(
         new_master == r1.endpoint() || new_master == r2.endpoint(),
         "{new_master}"
@@ -134,21 +179,7 @@ async fn handover_with_sentinel_loses_no_acknowledged_write() {
     let promoted = ValkeyClient::connect(&ConnectOptions::new(HOST, new_master.port))
         .await
         .unwrap();
-    let lost = missing(&promoted, &log.acked).await;
-    report(
-        "sentinel-handover",
-        log.acked.len(),
-        log.errors,
-        lost,
-        write_pause,
-        log.max_gap,
-    );
-    assert!(
-        log.acked.len() > 200,
-        "writer barely wrote: {}",
-        log.acked.len()
-    );
-    assert_eq!(lost, 0, "OK-acknowledged writes lost");
+    assert_no_acknowledged_write_lost("sentinel-handover", &promoted, &log, write_pause).await;
     assert_eq!(
         pods.last_label(&format!("pod-{}", master.port)),
         Some(InstanceRole::Replica)
@@ -168,24 +199,12 @@ async fn handover_without_sentinel_loses_no_acknowledged_write() {
     let pods = Arc::new(FakePods::default());
     let node = node_for(&master, &[&r1, &r2], &[], pods.clone());
 
-    let stop = Arc::new(AtomicBool::new(false));
     let all = vec![master.endpoint(), r1.endpoint(), r2.endpoint()];
-    let writer_task = tokio::spawn(writer(stop.clone(), "wn".into(), move || {
-        role_master(all.clone())
-    }));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let outcome = handover(&node, &HandoverSettings::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::SeqCst);
-    let log = writer_task.await.unwrap();
-
-    let HandoverOutcome::HandedOver {
-        new_master,
-        write_pause,
-    } = outcome
-    else {
-        panic!("no handover: {outcome:?}")
-    };
+    let (new_master, write_pause, log) =
+        handover_under_writes(&node, "wn", Duration::from_secs(2), move || {
+            role_master(all.clone())
+        })
+        .await;
     let (target, other) = if new_master == r1.endpoint() {
         (&r1, &r2)
     } else {
@@ -197,21 +216,7 @@ async fn handover_without_sentinel_loses_no_acknowledged_write() {
         promoted.role().await.unwrap(),
         RoleReply::Master { .. }
     ));
-    let lost = missing(&promoted, &log.acked).await;
-    report(
-        "no-sentinel-handover",
-        log.acked.len(),
-        log.errors,
-        lost,
-        write_pause,
-        log.max_gap,
-    );
-    assert!(
-        log.acked.len() > 200,
-        "writer barely wrote: {}",
-        log.acked.len()
-    );
-    assert_eq!(lost, 0, "OK-acknowledged writes lost");
+    assert_no_acknowledged_write_lost("no-sentinel-handover", &promoted, &log, write_pause).await;
     // Old master and the other replica follow the promoted one.
     for server in [&master, other] {
         match server.client().await.role().await.unwrap() {
@@ -421,7 +426,7 @@ async fn sentinel_init_follows_the_other_sentinels_not_the_stale_seed() {
         .await;
     }
 
-    let dir = common::TempDir::new("sentinel-init");
+    let dir = common::temp_dir("sentinel-init");
     let port = common::free_port();
     let template = dir.path().join("template.conf");
     std::fs::write(
@@ -446,15 +451,14 @@ async fn sentinel_init_follows_the_other_sentinels_not_the_stale_seed() {
         attempts: 2,
         retry_delay: Duration::from_millis(200),
     };
-    let dialer = vko_sidecar::topology::Dialer::new(None, None);
+    let dialer = vko_valkey::Dialer::new(None);
     let target = vko_sidecar::sentinel_init::sentinel_init(&dialer, &init)
         .await
         .unwrap();
     assert_eq!(target, Some(replica.endpoint()));
 
     // The written config starts a Sentinel that monitors the current master under its stable id.
-    let _proc =
-        common::Proc::spawn_for_test("valkey-sentinel", &[output.to_str().unwrap()], dir.path());
+    let _proc = common::Proc::spawn("valkey-sentinel", &[&output], dir.path(), "valkey-sentinel");
     let mut opts = ConnectOptions::new(HOST, port);
     opts.connect_timeout = Duration::from_millis(500);
     let client = eventually("new sentinel answers", Duration::from_secs(10), || async {
@@ -483,7 +487,7 @@ async fn sentinel_init_follows_the_other_sentinels_not_the_stale_seed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
     let master = Server::start(&RoleLine::Master);
-    let dir = common::TempDir::new("init");
+    let dir = common::temp_dir("init");
     let port = common::free_port();
     let template = dir.path().join("master.conf");
     std::fs::write(
@@ -514,7 +518,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
             replica_config,
             sentinel_cache: Default::default(),
         },
-        dialer: vko_sidecar::topology::Dialer::new(None, None),
+        dialer: vko_valkey::Dialer::new(None),
         pods: Arc::new(FakePods::default()),
         my_pod: "pod-new".into(),
         active_config: output.clone(),
@@ -534,8 +538,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&output).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
 
-    let _proc =
-        common::Proc::spawn_for_test("valkey-server", &[output.to_str().unwrap()], dir.path());
+    let _proc = common::Proc::spawn("valkey-server", &[&output], dir.path(), "valkey-server");
     let mut opts = ConnectOptions::new(HOST, port);
     opts.password = Some(password.to_owned());
     opts.connect_timeout = Duration::from_millis(500);
@@ -563,7 +566,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
 async fn sentinel_without_auth_is_reached_by_a_dialer_with_a_password() {
     let master = Server::start(&RoleLine::Master);
     let sentinel = Sentinel::start(master.port);
-    let dialer = vko_sidecar::topology::Dialer::new(Some("secret".into()), None);
+    let dialer = vko_valkey::Dialer::new(Some("secret".into()));
     let client = dialer.sentinel(&sentinel.endpoint()).await.unwrap();
     let view = client.master(MONITOR).await.unwrap();
     assert_eq!(view.port, master.port);

@@ -6,113 +6,32 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FakePods, HOST, Proc, TempDir, eventually, free_port};
+use common::{FakePods, HOST, Proc, eventually, free_port, temp_dir};
 use vko_authority::InstanceRole;
 use vko_sidecar::decide::LiveRole;
 use vko_sidecar::node::Node;
 use vko_sidecar::run::Keeper;
-use vko_sidecar::topology::{Dialer, Discovery, Endpoint, TlsFiles, Topology};
+use vko_sidecar::topology::{Discovery, Endpoint, Topology};
+use vko_testkit::make_cert;
+use vko_valkey::{Dialer, TlsFiles, TlsMaterial};
 
 const FQDN: &str = "vk-0.vk-headless.ns.svc.cluster.local";
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn key(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            &format!("{name}.key"),
-        ],
-    );
-}
-
 /// A CA and a pod certificate for `FQDN` with the given extended key usages.
 fn pki(dir: &Path, eku: &str) {
-    key(dir, "ca");
-    std::fs::write(
-        dir.join("ca.ext"),
-        "[req]\ndistinguished_name=dn\n[dn]\n[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=vko test CA",
-            "-extensions",
-            "v3",
-            "-config",
-            "ca.ext",
-        ],
+    let ca_ext = "[req]\ndistinguished_name=dn\n[dn]\n[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
+    make_cert(dir, "ca", None, "/CN=vko test CA", ca_ext);
+    let tls_ext = format!(
+        "[v3]\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage={eku}\nsubjectAltName=DNS:{FQDN}\n"
     );
-    key(dir, "tls");
-    std::fs::write(
-        dir.join("tls.ext"),
-        format!("[v3]\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage={eku}\nsubjectAltName=DNS:{FQDN}\n"),
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "req", "-new", "-key", "tls.key", "-out", "tls.csr", "-subj", "/CN=vk-0",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "tls.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "tls.ext",
-            "-extensions",
-            "v3",
-        ],
-    );
+    make_cert(dir, "tls", Some("ca"), "/CN=vk-0", &tls_ext);
 }
 
 async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> {
-    let dir = TempDir::new("tls");
+    let dir = temp_dir("tls");
     pki(dir.path(), eku);
     let port = free_port();
     let p = |f: &str| dir.path().join(f).to_str().unwrap().to_owned();
@@ -129,7 +48,7 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
         ),
     )
     .unwrap();
-    let _server = Proc::spawn_for_test("valkey-server", &[conf.to_str().unwrap()], dir.path());
+    let _server = Proc::spawn("valkey-server", &[&conf], dir.path(), "valkey-server");
     eventually("TLS server listens", Duration::from_secs(10), || async {
         tokio::net::TcpStream::connect((HOST, port)).await.ok()
     })
@@ -147,14 +66,11 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
             replica_config: dir.path().join("none"),
             sentinel_cache: Default::default(),
         },
-        dialer: Dialer::new(
-            None,
-            Some(TlsFiles {
-                ca: p("ca.crt").into(),
-                cert: Some(p("tls.crt").into()),
-                key: Some(p("tls.key").into()),
-            }),
-        ),
+        dialer: Dialer::new(None).with_tls(Some(TlsMaterial::Files(TlsFiles {
+            ca: p("ca.crt").into(),
+            cert: Some(p("tls.crt").into()),
+            key: Some(p("tls.key").into()),
+        }))),
         pods: pods.clone(),
         my_pod: "vk-0".into(),
         active_config: conf.clone(),

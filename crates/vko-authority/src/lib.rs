@@ -20,6 +20,11 @@ mod label;
 mod ordinal;
 mod sentinel;
 
+/// The host a held server replicates from (ADR 0005): `.invalid` never resolves (RFC 2606), so a
+/// server started with `replicaof vko-hold.invalid <port>` is a replica whose link stays down: it
+/// serves no writes and refuses to be synced from. The sidecar writes it; the operator reads it.
+pub const HOLD_HOST: &str = "vko-hold.invalid";
+
 pub use data::{
     MasterDecision, PodProbe, ProbeState, decide_master, replicas_unknown_to_sentinel,
     unsynced_replicas,

@@ -5,101 +5,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{Server, TempDir};
+use common::{Server, TempDir, temp_dir};
+use vko_testkit::make_cert;
 use vko_valkey::{ConnectOptions, TlsOptions, ValkeyClient};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// `<name>.key` + `<name>.crt` signed by `<ca>` (or self-signed CA when `ca` is None).
-fn make_cert(dir: &Path, name: &str, ca: Option<&str>, subject: &str, extensions: &str) {
-    openssl(
-        dir,
-        &[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            &format!("{name}.key"),
-        ],
-    );
-    std::fs::write(dir.join(format!("{name}.ext")), extensions).unwrap();
-    match ca {
-        None => openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-new",
-                "-key",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.crt"),
-                "-days",
-                "2",
-                "-subj",
-                subject,
-                "-extensions",
-                "v3",
-                "-config",
-                &format!("{name}.ext"),
-            ],
-        ),
-        Some(ca) => {
-            openssl(
-                dir,
-                &[
-                    "req",
-                    "-new",
-                    "-key",
-                    &format!("{name}.key"),
-                    "-out",
-                    &format!("{name}.csr"),
-                    "-subj",
-                    subject,
-                ],
-            );
-            openssl(
-                dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &format!("{name}.csr"),
-                    "-CA",
-                    &format!("{ca}.crt"),
-                    "-CAkey",
-                    &format!("{ca}.key"),
-                    "-CAcreateserial",
-                    "-out",
-                    &format!("{name}.crt"),
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &format!("{name}.ext"),
-                    "-extensions",
-                    "v3",
-                ],
-            );
-        }
-    }
-}
 
 struct Pki {
     dir: TempDir,
@@ -107,7 +17,7 @@ struct Pki {
 
 impl Pki {
     fn new() -> Pki {
-        let dir = TempDir::new("pki");
+        let dir = temp_dir("pki");
         let ca_ext = "[req]\ndistinguished_name=dn\n[dn]\n[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
         make_cert(dir.path(), "ca", None, "/CN=vko test CA", ca_ext);
         make_cert(dir.path(), "other-ca", None, "/CN=untrusted CA", ca_ext);
@@ -146,7 +56,7 @@ impl Pki {
 
     fn server(&self, auth_clients: &str) -> Server {
         Server::start_tls(
-            TempDir::new("tls-server"),
+            temp_dir("tls-server"),
             &[
                 "--tls-cert-file",
                 &self.path("server.crt"),

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, TempDir, eventually, free_port};
+use common::{Server, eventually, free_port, temp_dir};
 use vko_valkey::parse::{LinkStatus, ReplicationRole, RoleReply, UpstreamState};
 use vko_valkey::{ConnectOptions, Error, Reply, ValkeyClient};
 
@@ -347,7 +347,7 @@ async fn lost_connection_is_reported_not_hidden() {
     assert_eq!(err.reason(), "ConnectionFailed", "{err}");
     assert!(started.elapsed() < Duration::from_secs(2));
     // No silent reconnect even when the server is back on the same port.
-    let _again = Server::start_on(TempDir::new("again"), server.port, &[]);
+    let _again = Server::start_on(temp_dir("again"), server.port, &[]);
     let err = client.ping().await.unwrap_err();
     assert_eq!(err.reason(), "ConnectionFailed", "{err}");
 }
@@ -372,7 +372,7 @@ async fn loading_server_is_reported_as_loading() {
         "1024",
     ];
     let copy = |label: &str| {
-        let dir = TempDir::new(label);
+        let dir = temp_dir(label);
         std::fs::copy(
             seed.dir.path().join("dump.rdb"),
             dir.path().join("dump.rdb"),

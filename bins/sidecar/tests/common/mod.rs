@@ -3,10 +3,8 @@
 //! and a writer that counts OK replies.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,107 +14,27 @@ use vko_sidecar::conf::{self, Identity, RoleLine};
 use vko_sidecar::error::Result as SidecarResult;
 use vko_sidecar::node::Node;
 use vko_sidecar::pod_api::PodApi;
-use vko_sidecar::topology::{Dialer, Discovery, Endpoint, Topology};
+use vko_sidecar::topology::{Discovery, Endpoint, Topology};
+use vko_testkit::{Ports, SentinelSetup, spawn_sentinel};
+use vko_valkey::Dialer;
 use vko_valkey::{ConnectOptions, SentinelClient, ValkeyClient};
 
-const PORT_BASE: u16 = 36500;
-const PORT_SPAN: u16 = 100;
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+pub use vko_testkit::{Proc, TempDir, eventually};
 
 pub const HOST: &str = "127.0.0.1";
 pub const MONITOR: &str = "vkt";
 
+/// Ports 36500..36599, apart from the other suites' ranges.
+static PORTS: Ports = Ports::new(36500, 100);
+
+/// A port nothing listens on right now.
 pub fn free_port() -> u16 {
-    for _ in 0..PORT_SPAN {
-        let port = PORT_BASE + NEXT_PORT.fetch_add(1, Ordering::SeqCst) % PORT_SPAN;
-        if TcpListener::bind((HOST, port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {PORT_BASE}..{}", PORT_BASE + PORT_SPAN);
+    PORTS.free()
 }
 
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "vko-sidecar-test-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed (SIGKILL) and reaped on drop.
-pub struct Proc {
-    child: Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(program: &str, args: &[&str], dir: &Path, name: &str) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        Proc { child, log }
-    }
-
-    /// Any process, logging to `<dir>/<program>.log`.
-    pub fn spawn_for_test(program: &str, args: &[&str], dir: &Path) -> Proc {
-        Proc::spawn(program, args, dir, program)
-    }
-
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn wait_listening(port: u16, what: &str, log: impl Fn() -> String) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect((HOST, port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} on {port} did not start: {}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// A temp dir of this suite, removed on drop.
+pub fn temp_dir(label: &str) -> TempDir {
+    TempDir::new("vko-sidecar", label)
 }
 
 /// A valkey-server run from an effective config the sidecar code wrote (persistence off).
@@ -138,7 +56,7 @@ impl Server {
 
     /// Start with `role` as the role line of a config built by `conf::active_config`.
     pub fn start(role: &RoleLine) -> Server {
-        let dir = TempDir::new("server");
+        let dir = temp_dir("server");
         let port = free_port();
         let template = format!(
             "port {port}\nbind {HOST}\nprotected-mode no\nsave \"\"\nappendonly no\ndir {}\nrepl-diskless-sync no\n",
@@ -151,28 +69,17 @@ impl Server {
         };
         let path = dir.path().join("valkey.conf");
         conf::write_private(&path, &conf::active_config(&template, &me, role)).unwrap();
-        let proc = Proc::spawn(
-            "valkey-server",
-            &[path.to_str().unwrap()],
-            dir.path(),
-            "valkey",
-        );
-        let server = Server { proc, port, dir };
-        wait_listening(port, "valkey-server", || server.proc.log_text());
-        server
+        let proc = Proc::spawn("valkey-server", &[path], dir.path(), "valkey");
+        proc.wait_listening(port, "valkey-server");
+        Server { proc, port, dir }
     }
 
     /// kill -9 and start again from the same (sidecar-kept) config file, on the same port.
     pub fn crash_and_restart(&mut self) {
         self.proc.kill();
         let path = self.config_path();
-        self.proc = Proc::spawn(
-            "valkey-server",
-            &[path.to_str().unwrap()],
-            self.dir.path(),
-            "valkey",
-        );
-        wait_listening(self.port, "valkey-server", || self.proc.log_text());
+        self.proc = Proc::spawn("valkey-server", &[path], self.dir.path(), "valkey");
+        self.proc.wait_listening(self.port, "valkey-server");
     }
 
     pub fn opts(&self) -> ConnectOptions {
@@ -195,32 +102,21 @@ pub struct Sentinel {
 
 impl Sentinel {
     pub fn start(master_port: u16) -> Sentinel {
-        let dir = TempDir::new("sentinel");
+        let dir = temp_dir("sentinel");
         let port = free_port();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind {HOST}\nprotected-mode no\ndir {dir}\n\
-                 sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n\
-                 sentinel announce-ip {HOST}\nsentinel announce-port {port}\n\
-                 sentinel monitor {MONITOR} {HOST} {master_port} 2\n\
-                 sentinel down-after-milliseconds {MONITOR} 5000\n\
-                 sentinel failover-timeout {MONITOR} 10000\n\
-                 sentinel parallel-syncs {MONITOR} 1\n",
-                dir = dir.path().display()
-            ),
-        )
-        .unwrap();
-        let proc = Proc::spawn(
-            "valkey-sentinel",
-            &[conf.to_str().unwrap()],
-            dir.path(),
-            "sentinel",
-        );
-        let sentinel = Sentinel { proc, port, dir };
-        wait_listening(port, "valkey-sentinel", || sentinel.proc.log_text());
-        sentinel
+        let setup = SentinelSetup {
+            host: HOST,
+            monitor: MONITOR,
+            master_port,
+            quorum: 2,
+            options: &[
+                ("down-after-milliseconds", "5000".into()),
+                ("failover-timeout", "10000".into()),
+                ("parallel-syncs", "1".into()),
+            ],
+        };
+        let proc = spawn_sentinel(dir.path(), port, &setup);
+        Sentinel { proc, port, dir }
     }
 
     pub fn endpoint(&self) -> Endpoint {
@@ -232,22 +128,6 @@ impl Sentinel {
         opts.connect_timeout = Duration::from_secs(2);
         opts.command_timeout = Duration::from_secs(2);
         SentinelClient::connect(&opts).await.unwrap()
-    }
-}
-
-/// Poll `check` until it yields `Some`, or fail after `within`.
-pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -308,7 +188,7 @@ pub fn node_for(
             replica_config: server.dir.path().join("no-replica-config"),
             sentinel_cache: Default::default(),
         },
-        dialer: Dialer::new(None, None),
+        dialer: Dialer::new(None),
         pods,
         my_pod: format!("pod-{}", server.port),
         active_config: server.config_path(),
