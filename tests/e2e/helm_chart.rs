@@ -345,7 +345,7 @@ fn the_cluster_roles_grant_no_wildcard_no_update_and_the_hook_only_valkeys() {
 }
 
 #[test]
-fn the_prometheus_rule_ships_the_eight_alerts_each_guarded_on_the_collector() {
+fn the_prometheus_rule_ships_the_nine_alerts_each_guarded_on_the_collector() {
     let objects =
         yaml_documents(&template(&["metrics.prometheusRule.enabled=true"]).unwrap()).unwrap();
     let rule = find(&objects, "PrometheusRule", "vko-valkey-operator").unwrap();
