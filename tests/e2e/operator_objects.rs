@@ -8,7 +8,8 @@
 //! spec (no auth, `disableAuth`, metrics, 1/2 Sentinels, the PDB cases) gets a
 //! `ConfigurationWarning` condition and one Warning Event per warning, not repeated (ADR 0015); a
 //! pod that cannot start (no such image, hard anti-affinity with more pods than nodes, no such
-//! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event.
+//! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event; a
+//! hand-written PodDisruptionBudget under our budget name is left alone and reported, not blocking.
 
 use vko_e2e::operator_support;
 
@@ -955,4 +956,71 @@ async fn a_pod_that_cannot_start_is_named_with_its_own_reason() {
     wait_for_valkey(&valkeys, "img", "PHASE OK", TIMEOUT, ok_with(1))
         .await
         .unwrap();
+}
+
+/// A hand-written PodDisruptionBudget under the data tier's budget name is left untouched and
+/// reported (`ConfigurationWarning` naming it, a `PodDisruptionBudgetNotOwned` Warning Event), as
+/// the reference does; the cluster is not blocked and reaches OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_pod_disruption_budget_is_left_alone_and_reported() {
+    let testbed = Testbed::from_env().await.unwrap();
+    let client = testbed.client();
+    install_crd(&client).await.unwrap();
+    let _operator = operator().await.unwrap();
+    let namespace = TestNamespace::create(&client, "op-pdbown").await.unwrap();
+    let ns = namespace.name().to_owned();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: budget}\nspec: {minAvailable: 1, selector: {matchLabels: {team: own}}}\n",
+    )
+    .await
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let before = pdbs.get("budget").await.unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: budget}\nspec: {replicas: 2, image: valkey/valkey:8.0, podDisruptionBudget: {enabled: true}}\n",
+    )
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    wait_for_valkey(&valkeys, "budget", "PHASE OK", TIMEOUT, ok_with(2))
+        .await
+        .unwrap();
+    let reported = wait_for_valkey(
+        &valkeys,
+        "budget",
+        "ConfigurationWarning naming the budget",
+        TIMEOUT,
+        |v| {
+            condition(v, "ConfigurationWarning").is_some_and(|(status, _, message)| {
+                status == "True" && message.contains("PodDisruptionBudget budget is not controlled")
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let blocked = condition(&reported, "ReconcileBlocked");
+    assert!(
+        blocked.is_some_and(|(status, _, _)| status == "False"),
+        "a foreign budget does not block the cluster"
+    );
+    wait_for_warning(
+        &client,
+        &ns,
+        "budget",
+        "PodDisruptionBudgetNotOwned",
+        "budget",
+    )
+    .await
+    .unwrap();
+    let after = pdbs.get("budget").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "the foreign budget was written"
+    );
+    assert!(after.metadata.owner_references.is_none());
+    namespace.cleanup().await.unwrap();
 }

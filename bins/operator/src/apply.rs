@@ -158,6 +158,12 @@ pub async fn apply_objects(
         let mut body = object.body.clone();
         vko_render::stamp_applied_hash(&mut body);
         let params = match decide(&body, observed.as_ref(), owner_uid) {
+            // A hand-written budget for our pods is left alone and reported as a configuration
+            // warning (the reference's PodDisruptionBudgetNotOwned), not a blocked pass.
+            ApplyDecision::Foreign if object.kind == ManagedKind::PodDisruptionBudget => {
+                report.foreign.push(object.key());
+                continue;
+            }
             ApplyDecision::Foreign => {
                 report.foreign.push(object.key());
                 report.errors.push(Error::ForeignObject {

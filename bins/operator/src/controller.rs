@@ -977,7 +977,7 @@ fn snapshot(
         ),
         storage,
         sentinel_peers: authority.sentinel_peers.clone(),
-        advisories: status::advisory::advisories(spec),
+        advisories: status::advisory::advisories(spec, &foreign_budgets(pass)),
         pod_problems: {
             let mut pods: Vec<&Pod> = observed
                 .data_pods
@@ -1002,6 +1002,30 @@ fn snapshot(
             .tls_enabled()
             .then(|| tier_fingerprints(spec, observed)),
     }
+}
+
+/// PodDisruptionBudgets under the generated budget names that this `Valkey` does not control.
+fn foreign_budgets(pass: &Pass<'_>) -> Vec<status::advisory::ForeignBudget> {
+    let Target {
+        namespace,
+        uid,
+        names,
+        ..
+    } = &pass.target;
+    [
+        (names.data_statefulset(), false),
+        (names.sentinel_statefulset(), true),
+    ]
+    .into_iter()
+    .filter(|(name, _)| {
+        let found = pass
+            .ctx
+            .stores
+            .object(ManagedKind::PodDisruptionBudget, namespace, name);
+        apply::ownership(found.as_ref().map(|f| &f.meta), uid) == apply::Ownership::Foreign
+    })
+    .map(|(name, sentinel)| status::advisory::ForeignBudget { name, sentinel })
+    .collect()
 }
 
 /// The TLS fingerprints of both tiers: the Secrets' now and each pod's.

@@ -491,6 +491,9 @@ string_enum! {
         /// ConfigurationWarning=True: the Sentinel PDB permits no eviction at all (the
         /// reference's Event reason).
         SentinelPodDisruptionBudgetBlocksDrains => "SentinelPodDisruptionBudgetBlocksDrains",
+        /// ConfigurationWarning=True: a PodDisruptionBudget under a generated name belongs to
+        /// someone else; it is left untouched (the reference's Event reason).
+        PodDisruptionBudgetNotOwned => "PodDisruptionBudgetNotOwned",
         /// ConfigurationWarning=False: the warnings that stood are gone.
         NoConfigurationWarnings => "NoConfigurationWarnings",
         /// PodsNotStarting=True: the scheduler finds no node for a pod (anti-affinity, an unbound

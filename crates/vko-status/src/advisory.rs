@@ -32,11 +32,21 @@ pub const ADVISORY_REASONS: &[ConditionReason] = &[
     ConditionReason::SentinelWithOneDataPod,
     ConditionReason::PodDisruptionBudgetTooPermissive,
     ConditionReason::SentinelPodDisruptionBudgetBlocksDrains,
+    ConditionReason::PodDisruptionBudgetNotOwned,
 ];
 
+/// A PodDisruptionBudget under one of the generated budget names that this `Valkey` does not
+/// control (its StatefulSet's name: `<name>` or `<name>-sentinel`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForeignBudget {
+    pub name: String,
+    /// It holds the Sentinel tier's name (else the data tier's).
+    pub sentinel: bool,
+}
+
 /// The warnings `spec` deserves, in a fixed order (the condition's message must not change between
-/// passes of an unchanged spec).
-pub fn advisories(spec: &ValkeySpec) -> Vec<Advisory> {
+/// passes of an unchanged spec), with the foreign budgets found under the generated names.
+pub fn advisories(spec: &ValkeySpec, foreign_budgets: &[ForeignBudget]) -> Vec<Advisory> {
     let mut found = Vec::new();
     if !spec.auth_enabled() {
         found.push(Advisory::new(
@@ -80,7 +90,7 @@ pub fn advisories(spec: &ValkeySpec) -> Vec<Advisory> {
             ));
         }
     }
-    found.extend(pod_disruption_budget_advisories(spec));
+    found.extend(pod_disruption_budget_advisories(spec, foreign_budgets));
     found
 }
 
@@ -110,11 +120,31 @@ fn sentinel_count_advisory(spec: &ValkeySpec) -> Option<Advisory> {
     }
 }
 
-fn pod_disruption_budget_advisories(spec: &ValkeySpec) -> Vec<Advisory> {
+/// The reference's three PDB warnings, only while `spec.podDisruptionBudget.enabled` (a cluster
+/// that never opted in leaves a foreign budget alone silently). A foreign budget takes the place
+/// of ours, so the content warnings about ours are not given for its tier.
+fn pod_disruption_budget_advisories(
+    spec: &ValkeySpec,
+    foreign_budgets: &[ForeignBudget],
+) -> Vec<Advisory> {
     let mut found = Vec::new();
+    if !spec.pod_disruption_budget_enabled() {
+        return found;
+    }
+    for budget in foreign_budgets {
+        found.push(Advisory::new(
+            ConditionReason::PodDisruptionBudgetNotOwned,
+            format!(
+                "PodDisruptionBudget {} is not controlled by this Valkey: it is left untouched and                  spec.podDisruptionBudget has no effect on the {} pods while it exists; delete or                  rename it to hand the name over",
+                budget.name,
+                if budget.sentinel { "Sentinel" } else { "data" }
+            ),
+        ));
+    }
+    let foreign = |sentinel: bool| foreign_budgets.iter().any(|b| b.sentinel == sentinel);
     let replicas = spec.replicas();
     let max_unavailable = spec.pod_disruption_budget_max_unavailable();
-    if spec.needs_data_pod_disruption_budget() && max_unavailable >= replicas {
+    if spec.needs_data_pod_disruption_budget() && max_unavailable >= replicas && !foreign(false) {
         found.push(Advisory::new(
             ConditionReason::PodDisruptionBudgetTooPermissive,
             format!(
@@ -126,7 +156,7 @@ fn pod_disruption_budget_advisories(spec: &ValkeySpec) -> Vec<Advisory> {
     }
     let sentinels = spec.sentinel_replicas();
     let quorum = spec.sentinel_quorum();
-    if spec.needs_sentinel_pod_disruption_budget() && quorum >= sentinels {
+    if spec.needs_sentinel_pod_disruption_budget() && quorum >= sentinels && !foreign(true) {
         found.push(Advisory::new(
             ConditionReason::SentinelPodDisruptionBudgetBlocksDrains,
             format!(
@@ -149,7 +179,10 @@ mod tests {
     }
 
     fn reasons(spec: &ValkeySpec) -> Vec<ConditionReason> {
-        advisories(spec).into_iter().map(|a| a.reason).collect()
+        advisories(spec, &[])
+            .into_iter()
+            .map(|a| a.reason)
+            .collect()
     }
 
     const AUTH: &str = r#""auth": {"secretName": "pw"}"#;
@@ -263,11 +296,57 @@ mod tests {
     }
 
     #[test]
+    fn a_foreign_budget_is_named_and_replaces_the_warnings_about_ours() {
+        let permissive = spec(&format!(
+            r#"{{"image": "v", "replicas": 3, {AUTH},
+                "sentinel": {{"enabled": true, "replicas": 3}},
+                "podDisruptionBudget": {{"enabled": true, "maxUnavailable": 3}}}}"#
+        ));
+        let data = ForeignBudget {
+            name: "a".into(),
+            sentinel: false,
+        };
+        let found: Vec<_> = advisories(&permissive, std::slice::from_ref(&data))
+            .into_iter()
+            .map(|a| (a.reason, a.message))
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, ConditionReason::PodDisruptionBudgetNotOwned);
+        assert!(found[0].1.contains("PodDisruptionBudget a ") && found[0].1.contains("data pods"));
+        // Without the foreign budget, ours is the permissive one.
+        assert_eq!(
+            reasons(&permissive),
+            vec![ConditionReason::PodDisruptionBudgetTooPermissive]
+        );
+        // Not opted in: a foreign budget is left alone silently.
+        let off = spec(&format!(r#"{{"image": "v", "replicas": 3, {AUTH}}}"#));
+        assert_eq!(advisories(&off, &[data]), vec![]);
+        // Opted in but not applicable (one pod, no Sentinel): the name is still taken.
+        let one = spec(&format!(
+            r#"{{"image": "v", "replicas": 1, {AUTH}, "podDisruptionBudget": {{"enabled": true}}}}"#
+        ));
+        let sentinel = ForeignBudget {
+            name: "a-sentinel".into(),
+            sentinel: true,
+        };
+        assert_eq!(
+            advisories(&one, &[sentinel])
+                .into_iter()
+                .map(|a| a.reason)
+                .collect::<Vec<_>>(),
+            vec![ConditionReason::PodDisruptionBudgetNotOwned]
+        );
+    }
+
+    #[test]
     fn messages_name_the_field_and_the_fix() {
-        for advisory in advisories(&spec(
-            r#"{"image": "v", "replicas": 1, "metrics": {"enabled": true, "port": 9200},
+        for advisory in advisories(
+            &spec(
+                r#"{"image": "v", "replicas": 1, "metrics": {"enabled": true, "port": 9200},
                 "sentinel": {"enabled": true, "replicas": 2}}"#,
-        )) {
+            ),
+            &[],
+        ) {
             assert!(advisory.message.contains("spec."), "{advisory:?}");
             assert!(
                 advisory.message.contains("; set")
