@@ -111,13 +111,17 @@ pub fn not_ready_delay(stalled: u32) -> Duration {
 /// Valkey stayed blocked for minutes after the user removed the object.
 const FOREIGN_OBJECT_RECHECK: Duration = Duration::from_secs(15);
 
+/// How soon a pass refused by the leader gate looks again (a regained Lease is acted on this fast).
+const NOT_LEADER_RECHECK: Duration = Duration::from_secs(5);
+
 /// Requeue delay after `failures` consecutive failed passes that ended with `reason`.
 pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
     let delay = backoff(failures);
-    if reason == ConditionReason::ForeignObject {
-        delay.min(FOREIGN_OBJECT_RECHECK)
-    } else {
-        delay
+    match reason {
+        ConditionReason::ForeignObject => delay.min(FOREIGN_OBJECT_RECHECK),
+        // Not failing: waiting to lead again; a regained Lease is acted on within this.
+        ConditionReason::NotLeader => delay.min(NOT_LEADER_RECHECK),
+        _ => delay,
     }
 }
 

@@ -245,7 +245,8 @@ struct LeadershipState {
     renew_deadline: Duration,
     /// Start of the last successful acquire or renewal.
     renewed: Mutex<Option<Instant>>,
-    /// Set once the Lease is lost: it never reopens in this process.
+    /// Set when the Lease is lost: a late renewal cannot reopen the gate, only a new acquire
+    /// (the Lease written again by this candidate) does.
     lost: AtomicBool,
 }
 
@@ -307,6 +308,15 @@ impl Leadership {
         if let Ok(mut renewed) = self.inner.renewed.lock() {
             *renewed = Some(renewed.map_or(started, |previous| previous.max(started)));
         }
+    }
+
+    /// A new term: the Lease was acquired (created, taken over, or found still ours after an
+    /// outage and written again) by a request sent at `started`.
+    fn acquired(&self, started: Instant) {
+        if let Ok(mut renewed) = self.inner.renewed.lock() {
+            *renewed = Some(started);
+        }
+        self.inner.lost.store(false, Ordering::SeqCst);
     }
 
     fn lose(&self) {
@@ -405,7 +415,9 @@ impl Elector {
         }
     }
 
-    /// Waits until this candidate holds the Lease; the gate is open from then on.
+    /// Waits until this candidate holds the Lease; the gate is open from then on (until
+    /// [`Elector::hold`] returns). Also the way back after a loss: a Lease nobody took over in
+    /// the meantime still names us and is written again at once.
     pub async fn acquire(&self) {
         let mut observed = None;
         loop {
@@ -414,7 +426,7 @@ impl Elector {
                 tokio::time::timeout(self.timings.renew_deadline, self.try_acquire(&mut observed));
             match attempt.await {
                 Ok(Ok(true)) => {
-                    self.leadership.renewed(started);
+                    self.leadership.acquired(started);
                     tracing::info!(identity = %self.identity, lease = LEASE_NAME, "acquired the leader Lease");
                     return;
                 }

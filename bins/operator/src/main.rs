@@ -245,7 +245,8 @@ async fn main() -> anyhow::Result<()> {
         )
     });
     let stop_renewing = CancellationToken::new();
-    let lost_lease: Arc<OnceLock<leader::Lost>> = Arc::new(OnceLock::new());
+    // The watches have listed once (the leader's readiness, kept across a lost and regained Lease).
+    let synced = Arc::new(AtomicBool::new(false));
     let elector = if args.leader_elect {
         let namespace = args
             .leader_election_namespace
@@ -272,24 +273,35 @@ async fn main() -> anyhow::Result<()> {
             _ = shutdown.cancelled() => return Ok(()),
         }
         tracing::info!(%identity, "leading");
-        let stop = shutdown.clone();
         let holder = elector.clone();
         let stopped_renewing = stop_renewing.clone();
-        let lost_slot = lost_lease.clone();
         let ready_flag = ready.clone();
+        let synced_flag = synced.clone();
+        let campaigner = identity.clone();
         tokio::spawn(async move {
             // Renew while the controller may still reconcile, but not after `release` (a renewal
             // then would take the Lease back).
-            let lost = tokio::select! {
-                lost = holder.hold() => lost,
-                _ = stopped_renewing.cancelled() => return,
-            };
-            // The gate is already closed (`hold` closed it): nothing more is written or
-            // commanded; the process stops like client-go's, and its Deployment restarts it.
-            ready_flag.store(false, Ordering::SeqCst);
-            let _ = lost_slot.set(lost);
-            tracing::error!(?lost, "lost the leader Lease; stopping");
-            stop.cancel();
+            loop {
+                let lost = tokio::select! {
+                    lost = holder.hold() => lost,
+                    _ = stopped_renewing.cancelled() => return,
+                };
+                // The gate is closed (`hold` closed it): nothing is written or commanded until
+                // the Lease is ours again; the watches keep the caches current meanwhile, so a
+                // Lease nobody took (an API server outage past the renew deadline) is written
+                // again and acted on as soon as the API answers (ADR 0017).
+                ready_flag.store(false, Ordering::SeqCst);
+                tracing::error!(
+                    ?lost,
+                    "lost the leader Lease; acting no more, campaigning again"
+                );
+                tokio::select! {
+                    _ = holder.acquire() => {}
+                    _ = stopped_renewing.cancelled() => return,
+                }
+                tracing::info!(identity = %campaigner, "leading again");
+                ready_flag.store(synced_flag.load(Ordering::SeqCst), Ordering::SeqCst);
+            }
         });
         Some(elector)
     } else {
@@ -308,6 +320,8 @@ async fn main() -> anyhow::Result<()> {
         "starting the controller"
     );
     let ready_flag = ready.clone();
+    let synced_flag = synced.clone();
+    let leading = leadership.clone();
     let sync_failure = Arc::new(OnceLock::new());
     let controller = controller::run(
         clients,
@@ -316,7 +330,10 @@ async fn main() -> anyhow::Result<()> {
             config,
             concurrency: args.max_concurrent_reconciles,
             reporter_instance: Some(identity),
-            on_ready: Box::new(move || ready_flag.store(true, Ordering::SeqCst)),
+            on_ready: Box::new(move || {
+                synced_flag.store(true, Ordering::SeqCst);
+                ready_flag.store(leading.may_act(), Ordering::SeqCst);
+            }),
             cache_sync_timeout: args.cache_sync_timeout,
             sync_failure: sync_failure.clone(),
             shutdown: shutdown.clone(),
@@ -347,11 +364,6 @@ async fn main() -> anyhow::Result<()> {
             Ok(Err(error)) => tracing::warn!(%error, "HTTP server failed"),
             Err(error) => tracing::warn!(%error, "HTTP server task failed"),
         }
-    }
-    // Non-zero so the kubelet restarts the pod: a fresh process (new connections, new watches,
-    // no stale "I lead" state) that stands by until it holds the Lease again.
-    if let Some(lost) = lost_lease.get() {
-        anyhow::bail!("lost the leader Lease ({lost:?}); exiting to rejoin the election afresh");
     }
     if let Some(pending) = sync_failure.get() {
         anyhow::bail!(
