@@ -1016,11 +1016,24 @@ async fn a_foreign_pod_disruption_budget_is_left_alone_and_reported() {
     )
     .await
     .unwrap();
+    // The disruption controller writes its status (so the resourceVersion moves); the operator
+    // never writes it: the same spec, no owner, no field of the operator's field manager.
     let after = pdbs.get("budget").await.unwrap();
     assert_eq!(
-        after.metadata.resource_version, before.metadata.resource_version,
-        "the foreign budget was written"
+        after.spec, before.spec,
+        "the foreign budget's spec was changed"
     );
     assert!(after.metadata.owner_references.is_none());
+    let managers: Vec<String> = after
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m == "vko-operator"),
+        "the operator wrote the foreign budget: {managers:?}"
+    );
     namespace.cleanup().await.unwrap();
 }
