@@ -618,32 +618,48 @@ pub fn desired_status(
             ),
         );
     }
-    if let Some(warning) = configuration_warning(&conditions, &snapshot.advisories) {
-        set_condition(
-            &mut conditions,
-            condition(
-                ConditionType::ConfigurationWarning,
-                warning.0,
-                warning.1.as_str(),
-                warning.2,
-                snapshot.generation,
-                &now,
+    let lists = [
+        ListCondition {
+            type_: ConditionType::ConfigurationWarning,
+            items: snapshot
+                .advisories
+                .iter()
+                .map(|a| (a.reason, a.message.clone()))
+                .collect(),
+            separator: ". ",
+            cleared: (
+                ConditionReason::NoConfigurationWarnings,
+                "the spec raises no configuration warning",
             ),
-        );
-    }
-    if let Some((status, reason, message)) = pods_not_starting(&conditions, &snapshot.pod_problems)
-    {
-        set_condition(
-            &mut conditions,
-            condition(
-                ConditionType::PodsNotStarting,
-                status,
-                reason.as_str(),
-                message,
-                snapshot.generation,
-                &now,
+        },
+        ListCondition {
+            type_: ConditionType::PodsNotStarting,
+            items: snapshot
+                .pod_problems
+                .iter()
+                .map(|p| (p.reason, p.line()))
+                .collect(),
+            separator: "; ",
+            cleared: (
+                ConditionReason::PodsStarted,
+                "every pod of the cluster has started",
             ),
-        );
+        },
+    ];
+    for list in lists {
+        if let Some((status, reason, message)) = list.verdict(&conditions) {
+            set_condition(
+                &mut conditions,
+                condition(
+                    list.type_,
+                    status,
+                    reason.as_str(),
+                    message,
+                    snapshot.generation,
+                    &now,
+                ),
+            );
+        }
     }
     let master_pod = snapshot
         .master
@@ -687,61 +703,33 @@ fn set_ready(
     );
 }
 
-/// `ConfigurationWarning`: True naming every warning (the first one's reason); False once they are
-/// gone, written only on a cluster that had one.
-fn configuration_warning(
-    conditions: &[Condition],
-    advisories: &[Advisory],
-) -> Option<(bool, ConditionReason, String)> {
-    match advisories.first() {
-        Some(first) => Some((
-            true,
-            first.reason,
-            advisories
-                .iter()
-                .map(|advisory| advisory.message.as_str())
-                .collect::<Vec<_>>()
-                .join(". "),
-        )),
-        None => conditions
-            .iter()
-            .any(|c| c.type_ == ConditionType::ConfigurationWarning.as_str() && c.status == "True")
-            .then(|| {
-                (
-                    false,
-                    ConditionReason::NoConfigurationWarnings,
-                    "the spec raises no configuration warning".to_owned(),
-                )
-            }),
-    }
+/// A condition that lists what stands (configuration warnings, pods that cannot start): True with
+/// the first item's reason and every item's line joined by `separator`; once the list is empty,
+/// False with `cleared` — written only on a cluster that had it True.
+struct ListCondition<'a> {
+    type_: ConditionType,
+    items: Vec<(ConditionReason, String)>,
+    separator: &'a str,
+    cleared: (ConditionReason, &'a str),
 }
 
-/// `PodsNotStarting`: True with one line per pod (the first one's reason); False once they have
-/// started or gone, written only on a cluster that had one.
-fn pods_not_starting(
-    conditions: &[Condition],
-    problems: &[PodProblem],
-) -> Option<(bool, ConditionReason, String)> {
-    match problems.first() {
-        Some(first) => Some((
-            true,
-            first.reason,
-            problems
+impl ListCondition<'_> {
+    fn verdict(&self, conditions: &[Condition]) -> Option<(bool, ConditionReason, String)> {
+        match self.items.first() {
+            Some((reason, _)) => Some((
+                true,
+                *reason,
+                self.items
+                    .iter()
+                    .map(|(_, line)| line.as_str())
+                    .collect::<Vec<_>>()
+                    .join(self.separator),
+            )),
+            None => conditions
                 .iter()
-                .map(PodProblem::line)
-                .collect::<Vec<_>>()
-                .join("; "),
-        )),
-        None => conditions
-            .iter()
-            .any(|c| c.type_ == ConditionType::PodsNotStarting.as_str() && c.status == "True")
-            .then(|| {
-                (
-                    false,
-                    ConditionReason::PodsStarted,
-                    "every pod of the cluster has started".to_owned(),
-                )
-            }),
+                .any(|c| c.type_ == self.type_.as_str() && c.status == "True")
+                .then(|| (false, self.cleared.0, self.cleared.1.to_owned())),
+        }
     }
 }
 
