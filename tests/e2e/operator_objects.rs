@@ -718,6 +718,15 @@ async fn warnings_with(
         .collect()
 }
 
+/// The `cw` Valkey of the warnings test with auth on, 3 + 3 and a PDB; Sentinel's auth off or on.
+fn secured_cw(sentinel_auth_disabled: bool) -> String {
+    format!(
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: cw}}\nspec:\n  replicas: 3\n  \
+         image: valkey/valkey:8.0\n  auth: {{secretName: cw-password}}\n  sentinel: {{enabled: true, \
+         replicas: 3, disableAuth: {sentinel_auth_disabled}}}\n  podDisruptionBudget: {{enabled: true}}\n"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn risky_specs_get_a_configuration_warning_condition_and_one_event_per_warning() {
     let testbed = Testbed::from_env().await.unwrap();
@@ -779,23 +788,7 @@ spec:
     put_password(&secrets, "cw-password", "s3cret")
         .await
         .unwrap();
-    apply_yaml(
-        &client,
-        &ns,
-        r#"
-apiVersion: vko.gtrfc.com/v1
-kind: Valkey
-metadata: {name: cw}
-spec:
-  replicas: 3
-  image: valkey/valkey:8.0
-  auth: {secretName: cw-password}
-  sentinel: {enabled: true, replicas: 3, disableAuth: true}
-  podDisruptionBudget: {enabled: true}
-"#,
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, &secured_cw(true)).await.unwrap();
     wait_for_valkey(
         &valkeys,
         "cw",
@@ -823,23 +816,7 @@ spec:
     }
 
     // Sentinel's auth back on: the condition clears.
-    apply_yaml(
-        &client,
-        &ns,
-        r#"
-apiVersion: vko.gtrfc.com/v1
-kind: Valkey
-metadata: {name: cw}
-spec:
-  replicas: 3
-  image: valkey/valkey:8.0
-  auth: {secretName: cw-password}
-  sentinel: {enabled: true, replicas: 3}
-  podDisruptionBudget: {enabled: true}
-"#,
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, &secured_cw(false)).await.unwrap();
     wait_for_valkey(&valkeys, "cw", "ConfigurationWarning=False", TIMEOUT, |v| {
         condition(v, "ConfigurationWarning").is_some_and(|(status, reason, _)| {
             status == "False" && reason == "NoConfigurationWarnings"
