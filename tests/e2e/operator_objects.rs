@@ -44,16 +44,7 @@ fn controller_uid<K: Resource>(object: &K) -> Option<String> {
 }
 
 async fn warning_events(client: &kube::Client, namespace: &str, regarding: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|list| list.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .collect()
+    operator_support::events_about(client, namespace, regarding, "Warning").await
 }
 
 /// Waits for a Warning Event about `regarding` with `reason` whose note names `naming`.

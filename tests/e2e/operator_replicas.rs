@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{events_about, install_crd, ok_with, operator, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
 
@@ -241,6 +241,18 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
         missing.is_empty(),
         "acknowledged writes lost: {:?}",
         missing.iter().take(20).collect::<Vec<_>>()
+    );
+    // The sidecar handed over and the operator only adopted: a promotion of its own while the
+    // terminating master still acknowledged writes is how writes got lost (CI of session 7).
+    let promotions: Vec<_> = events_about(&client, &ns, "trio", "Normal")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MasterPromoted"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        promotions.is_empty(),
+        "the operator promoted during the handover: {promotions:?}"
     );
 
     namespace.cleanup().await.unwrap();

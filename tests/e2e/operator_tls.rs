@@ -350,16 +350,7 @@ async fn missing_keys(valkey: &ValkeyClient, keys: &[String]) -> anyhow::Result<
 }
 
 async fn warning_events(client: &kube::Client, ns: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|list| list.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .collect()
+    operator_support::events_about(client, ns, NAME, "Warning").await
 }
 
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -265,3 +265,24 @@ pub async fn wait_for_valkey(
         }
     }
 }
+
+/// The namespace's Events about the object named `regarding`, of `type_` (`Normal` or
+/// `Warning`); none when the list fails (the callers assert on what they expect to find).
+pub async fn events_about(
+    client: &kube::Client,
+    namespace: &str,
+    regarding: &str,
+    type_: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), namespace);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+        .filter(|e| e.type_.as_deref() == Some(type_))
+        .collect()
+}

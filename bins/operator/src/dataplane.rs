@@ -34,6 +34,12 @@ pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
     if pod.metadata.deletion_timestamp.is_some() {
         return Err("terminating".into());
     }
+    pod_ip_while_running(pod)
+}
+
+/// The pod's IP while it runs, terminating or not: a master being deleted still acknowledges
+/// writes until its preStop handover demotes it, so the probe must still hear it.
+pub fn pod_ip_while_running(pod: &Pod) -> Result<String, String> {
     let status = pod.status.as_ref().ok_or("no status yet")?;
     if status.phase.as_deref() != Some("Running") {
         return Err(format!(
@@ -48,7 +54,7 @@ pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
 /// of the running pod named by its first label (the certificate is verified against the FQDN).
 pub fn by_pod_ip<'a>(mut dialer: Dialer, pods: impl Iterator<Item = &'a Arc<Pod>>) -> Dialer {
     let ips: BTreeMap<String, String> = pods
-        .filter_map(|pod| Some((pod.name_any(), pod_ip_if_running(pod).ok()?)))
+        .filter_map(|pod| Some((pod.name_any(), pod_ip_while_running(pod).ok()?)))
         .collect();
     dialer.connect_timeout = DIAL_TIMEOUT;
     dialer.command_timeout = DIAL_TIMEOUT;
@@ -81,11 +87,13 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
 /// What one data pod answered to the pass's `INFO`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataAnswer {
-    /// No pod, not running, no IP or terminating: not dialled.
+    /// No pod, not running or no IP: not dialled; or terminating and silent.
     NotRunning(String),
     /// Dialling or `INFO` failed.
     Unreachable(String),
     Answered(Info),
+    /// A pod being deleted whose server still answered.
+    Leaving(Info),
 }
 
 /// What one Sentinel pod answered: `None` when it was not running, did not answer or
@@ -158,9 +166,10 @@ async fn ask_data_pod(dialer: &Dialer, pod: Option<&Arc<Pod>>, at: &Address) -> 
     let Some(pod) = pod else {
         return DataAnswer::NotRunning("pod does not exist".into());
     };
-    if let Err(why) = pod_ip_if_running(pod) {
+    if let Err(why) = pod_ip_while_running(pod) {
         return DataAnswer::NotRunning(why);
     }
+    let leaving = pod.metadata.deletion_timestamp.is_some();
     let answer = async {
         let client = dialer.valkey(at).await?;
         let info = client.info("default").await;
@@ -168,7 +177,9 @@ async fn ask_data_pod(dialer: &Dialer, pod: Option<&Arc<Pod>>, at: &Address) -> 
         info
     };
     match answer.await {
+        Ok(info) if leaving => DataAnswer::Leaving(info),
         Ok(info) => DataAnswer::Answered(info),
+        Err(error) if leaving => DataAnswer::NotRunning(format!("terminating, no answer: {error}")),
         Err(error) => {
             tracing::debug!(pod = %at, %error, "probe: no answer");
             DataAnswer::Unreachable(error.to_string())
@@ -183,6 +194,14 @@ pub fn pod_probe(name: &str, ordinal: u32, answer: &DataAnswer) -> PodProbe {
         DataAnswer::Unreachable(why) => ProbeState::Unreachable(why.clone()),
         DataAnswer::Answered(info) => probe_state(name, info)
             .unwrap_or_else(|error| ProbeState::Unreachable(error.to_string())),
+        // A master being deleted is still the master: its preStop handover may be running, and
+        // until it demotes itself it acknowledges writes that a promotion elsewhere would lose.
+        // Anything else about to stop is neither a candidate nor a replica to repoint.
+        DataAnswer::Leaving(info) => match probe_state(name, info) {
+            Ok(master @ ProbeState::Master { .. }) => master,
+            Ok(_) => ProbeState::NotRunning("terminating".into()),
+            Err(error) => ProbeState::NotRunning(format!("terminating: {error}")),
+        },
     };
     PodProbe {
         ordinal,
@@ -225,7 +244,10 @@ fn offset(value: i64) -> u64 {
 pub fn server(name: &str, answer: &DataAnswer) -> Server {
     match answer {
         DataAnswer::Answered(info) => server_of(name, info).unwrap_or(Server::Unreachable),
-        DataAnswer::NotRunning(_) | DataAnswer::Unreachable(_) => Server::Unreachable,
+        // The roll waits for a pod being deleted to come back.
+        DataAnswer::NotRunning(_) | DataAnswer::Unreachable(_) | DataAnswer::Leaving(_) => {
+            Server::Unreachable
+        }
     }
 }
 
@@ -418,7 +440,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_running_pod_that_is_not_terminating_is_dialled() {
+    fn a_running_pod_is_dialled_and_a_terminating_one_only_to_hear_its_role() {
         let pod = |phase: &str, ip: Option<&str>, deleting: bool| -> Pod {
             let mut pod: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "a-0"},
@@ -440,6 +462,10 @@ mod tests {
         assert_eq!(
             pod_ip_if_running(&pod("Running", Some("10.0.0.1"), true)),
             Err("terminating".into())
+        );
+        assert_eq!(
+            pod_ip_while_running(&pod("Running", Some("10.0.0.1"), true)),
+            Ok("10.0.0.1".into())
         );
         assert_eq!(
             pod_ip_if_running(&pod("Pending", None, false)),
@@ -576,6 +602,29 @@ mod tests {
             ProbeState::Unreachable(_)
         ));
         assert_eq!(server("a", &garbled), Server::Unreachable);
+    }
+
+    #[test]
+    fn a_master_being_deleted_is_still_the_master_and_nothing_else_leaving_counts() {
+        let leaving_master = DataAnswer::Leaving(Info::parse(MASTER_INFO));
+        assert!(pod_probe("a", 0, &leaving_master).is_master());
+        assert_eq!(server("a", &leaving_master), Server::Unreachable);
+        let leaving_replica = DataAnswer::Leaving(Info::parse(REPLICA_INFO));
+        assert_eq!(
+            pod_probe("a", 1, &leaving_replica).state,
+            ProbeState::NotRunning("terminating".into())
+        );
+        assert_eq!(server("a", &leaving_replica), Server::Unreachable);
+        // While the recorded master is being deleted and still answers master, nobody is
+        // promoted: its handover (or its end) decides.
+        let probes = [
+            pod_probe("a", 0, &leaving_master),
+            pod_probe("a", 1, &DataAnswer::Answered(Info::parse(REPLICA_INFO))),
+        ];
+        assert_eq!(
+            vko_authority::decide_master("a", Some(0), &probes),
+            vko_authority::MasterDecision::Steady(0)
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub struct PodProbe {
 /// The server's state as far as the authority cares.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ProbeState {
-    /// No pod, no IP, not running, or being deleted.
+    /// No pod, no IP, not running, or being deleted and not the master.
     NotRunning(String),
     /// Dialling or asking failed.
     Unreachable(String),
