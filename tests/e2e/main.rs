@@ -28,6 +28,7 @@ mod operator_metrics;
 mod operator_objects;
 mod operator_observer;
 mod operator_optional_objects;
+mod operator_pod_admission;
 mod operator_replicas;
 mod operator_roll;
 mod operator_services;

@@ -22,6 +22,7 @@ use vko_api::consts::labels;
 use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_status::recreation::{BLOCKED_RECHECK, NUDGE_INTERVAL};
 use vko_status::storage::{self, StorageConflict};
 use vko_status::{self as status, Blocked, PeerCount, SentinelPeers, Snapshot, StorageCheck};
 use vko_valkey::{Dialer, TlsMaterial, TlsOptions};
@@ -33,6 +34,7 @@ use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::nudge;
 use crate::roll;
 use crate::stores::{self, ManagedKind, Stores};
 
@@ -63,6 +65,8 @@ pub struct Context {
     /// Consecutive passes per resource that ended not ready, without an error, and with the
     /// status unchanged (no progress), for [`not_ready_delay`].
     stalled: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
+    /// Since when each StatefulSet has been short of pods (ADR 0020).
+    short_since: nudge::ShortSince,
 }
 
 impl Context {
@@ -83,6 +87,7 @@ impl Context {
             leadership,
             failures: Mutex::new(HashMap::new()),
             stalled: Mutex::new(HashMap::new()),
+            short_since: nudge::ShortSince::default(),
         }
     }
 }
@@ -119,6 +124,7 @@ pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
     let delay = backoff(failures);
     match reason {
         ConditionReason::ForeignObject => delay.min(FOREIGN_OBJECT_RECHECK),
+        ConditionReason::AdmissionWebhookDenied => delay.min(BLOCKED_RECHECK),
         // Not failing: waiting to lead again; a regained Lease is acted on within this.
         ConditionReason::NotLeader => delay.min(NOT_LEADER_RECHECK),
         _ => delay,
@@ -418,13 +424,14 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         &mut problems,
     )
     .await;
+    let short = recover(&pass, &mut problems).await;
     let plane = probe(&pass, &observed).await;
     let acted = act(&pass, &observed, &plane, &rendered, &mut problems).await;
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
     let snapshot = snapshot(&pass, &observed, plane, &acted, storage, &problems);
     let status_changed = write_status_and_events(&pass, &snapshot).await?;
-    outcome(&pass, problems, &snapshot, &acted, status_changed)
+    outcome(&pass, problems, &snapshot, &acted, status_changed, short)
 }
 
 /// One pass over one `Valkey`.
@@ -587,6 +594,35 @@ async fn apply(
     }
     problems.extend(report.errors);
     storage
+}
+
+/// Step 3b, recover: a live StatefulSet short of pods is nudged and an admission gate that
+/// refuses its pods is reported (ADR 0020). Returns whether one is short.
+async fn recover(pass: &Pass<'_>, problems: &mut Vec<Error>) -> bool {
+    let Target {
+        namespace,
+        uid,
+        names,
+        ..
+    } = &pass.target;
+    let mut wanted = vec![names.data_statefulset()];
+    if pass.valkey.spec.sentinel_enabled() {
+        wanted.push(names.sentinel_statefulset());
+    }
+    let live: Vec<_> = wanted
+        .iter()
+        .filter_map(|name| pass.ctx.stores.statefulset(namespace, name))
+        .filter(|statefulset| is_controlled_by(statefulset.as_ref(), uid))
+        .collect();
+    let live: Vec<&StatefulSet> = live.iter().map(AsRef::as_ref).collect();
+    nudge::recover_short_statefulsets(
+        &pass.ctx.client,
+        &pass.ctx.short_since,
+        namespace,
+        &live,
+        problems,
+    )
+    .await
 }
 
 /// Step 4, probe: the one probe round of this pass (once the data StatefulSet exists): every
@@ -1083,6 +1119,7 @@ fn outcome(
     snapshot: &Snapshot,
     acted: &Acted,
     status_changed: bool,
+    short: bool,
 ) -> Result<Action, Error> {
     if !problems.is_empty() {
         let count = problems.len();
@@ -1122,15 +1159,21 @@ fn outcome(
         })
         .unwrap_or(0);
     let roll_requeue = acted.roll.as_ref().and_then(|step| step.requeue);
-    Ok(if let Some(delay) = roll_requeue {
-        Action::requeue(delay)
+    let delay = if let Some(delay) = roll_requeue {
+        delay
     } else if acted.authority.acted {
-        Action::requeue(Duration::from_secs(1))
+        Duration::from_secs(1)
     } else if verdict.ready {
-        Action::requeue(Duration::from_secs(60))
+        Duration::from_secs(60)
     } else {
-        Action::requeue(not_ready_delay(stalled))
-    })
+        not_ready_delay(stalled)
+    };
+    // A StatefulSet short of pods is looked at (and nudged when due) at least this often.
+    Ok(Action::requeue(if short {
+        delay.min(NUDGE_INTERVAL)
+    } else {
+        delay
+    }))
 }
 
 async fn write_status(
@@ -1905,11 +1948,12 @@ mod tests {
         }
 
         /// The settled Valkey has no pods, so it is not ready, without an error: each pass that
-        /// changes nothing waits longer, up to 30 s.
+        /// changes nothing waits longer, up to 20 s: its StatefulSet has created no pod, and a
+        /// StatefulSet short of pods is looked at every nudge interval (ADR 0020).
         #[tokio::test]
         async fn a_not_ready_valkey_whose_passes_change_nothing_is_requeued_later_each_time() {
             let (valkey, stores, _writers) = settled(test_valkey()).await;
-            for (count, seconds) in [(1, 5), (2, 10), (3, 20), (4, 30), (5, 30)] {
+            for (count, seconds) in [(1, 5), (2, 10), (3, 20), (4, 20), (5, 20)] {
                 let (result, played) =
                     passes(Scenario::SteadyState, valkey.clone(), stores.clone(), count).await;
                 played.assert_exact();

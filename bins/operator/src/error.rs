@@ -28,6 +28,16 @@ pub enum Error {
         message: String,
     },
 
+    /// The StatefulSet controller cannot create this `Valkey`'s pods: an admission gate refused
+    /// them (its `FailedCreate` Event). Clears itself once the gate reopens.
+    #[error(
+        "the StatefulSet controller cannot create the pods of {statefulset}: {message}; the operator nudges {statefulset} so they are created as soon as the admission gate lets them"
+    )]
+    PodCreationDenied {
+        statefulset: String,
+        message: String,
+    },
+
     /// Any other failed write (RBAC, quota, conflict, API server unreachable).
     #[error("writing {kind} {name} failed: {message}")]
     WriteFailed {
@@ -117,7 +127,9 @@ impl Error {
             }
             Error::Render(error) => error.reason(),
             Error::ForeignObject { .. } => ConditionReason::ForeignObject,
-            Error::AdmissionWebhookDenied { .. } => ConditionReason::AdmissionWebhookDenied,
+            Error::AdmissionWebhookDenied { .. } | Error::PodCreationDenied { .. } => {
+                ConditionReason::AdmissionWebhookDenied
+            }
             Error::WriteFailed { .. } => ConditionReason::WriteFailed,
             Error::SecretMissing { .. } => ConditionReason::SecretMissing,
             Error::PasswordUnusable { .. } => ConditionReason::PasswordUnusable,
@@ -154,7 +166,7 @@ impl Error {
             kube::Error::Api(status) => status.message.clone(),
             other => other.to_string(),
         };
-        if is_admission_denial(&message) {
+        if vko_status::recreation::is_admission_denial(&message) {
             Error::AdmissionWebhookDenied {
                 kind: kind.to_owned(),
                 name: name.to_owned(),
@@ -168,14 +180,6 @@ impl Error {
             }
         }
     }
-}
-
-/// Whether an API error message says an admission webhook or a ValidatingAdmissionPolicy
-/// refused the request (or a fail-closed webhook could not be called).
-pub fn is_admission_denial(message: &str) -> bool {
-    message.contains("admission webhook")
-        || message.contains("ValidatingAdmissionPolicy")
-        || message.contains("failed calling webhook")
 }
 
 #[cfg(test)]

@@ -13,5 +13,6 @@ pub mod kube_clients;
 pub mod leader;
 pub mod metrics;
 pub mod migrate;
+pub mod nudge;
 pub mod roll;
 pub mod stores;

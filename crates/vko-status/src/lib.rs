@@ -7,6 +7,7 @@
 
 pub mod advisory;
 pub mod pods;
+pub mod recreation;
 pub mod storage;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
