@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use operator_support::{http_status, install_crd, operator, wait_for_valkey};
+use operator_support::{condition, http_status, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -433,12 +433,36 @@ async fn roll_case(prefix: &str, shape: Shape) -> anyhow::Result<()> {
         "two pods of a tier terminating at once: {:?}",
         result.concurrency
     );
+    // The completion the reference names: `RollingUpdateComplete` once the data tier is done,
+    // and with Sentinel `SentinelUpdateComplete` as `SentinelUpdatePending` goes False/Completed.
+    let completions = operator_support::events_about(&client, &ns, name, "Normal").await;
+    let completed = |reason: &str| {
+        completions
+            .iter()
+            .any(|e| e.reason.as_deref() == Some(reason))
+    };
+    anyhow::ensure!(
+        completed("RollingUpdateComplete"),
+        "no RollingUpdateComplete Event"
+    );
     if shape.sentinel {
         let last_data = data_after.values().map(|(_, t)| *t).max().unwrap_or(0);
         let first_sentinel = sentinel_after.values().map(|(_, t)| *t).min().unwrap_or(0);
         anyhow::ensure!(
             first_sentinel >= last_data,
             "a Sentinel pod was replaced before the last data pod ({first_sentinel} < {last_data})"
+        );
+        anyhow::ensure!(
+            completed("SentinelUpdateComplete"),
+            "no SentinelUpdateComplete Event"
+        );
+        let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+        let pending = condition(&valkeys.get(name).await?, "SentinelUpdatePending");
+        anyhow::ensure!(
+            pending
+                .as_ref()
+                .is_some_and(|(status, reason, _)| status == "False" && reason == "Completed"),
+            "SentinelUpdatePending after the roll: {pending:?}"
         );
     }
     namespace.cleanup().await?;
