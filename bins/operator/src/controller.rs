@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -36,6 +37,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::nudge;
 use crate::roll;
+use crate::secrets;
 use crate::stores::{self, ManagedKind, Stores};
 
 /// Version written to `status.operatorVersion` and every object's annotation.
@@ -67,6 +69,8 @@ pub struct Context {
     stalled: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
     /// Since when each StatefulSet has been short of pods (ADR 0020).
     short_since: nudge::ShortSince,
+    /// The data of referenced Secrets (the watch keeps metadata only; ADR 0021).
+    secret_data: secrets::SecretData,
 }
 
 impl Context {
@@ -88,6 +92,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             stalled: Mutex::new(HashMap::new()),
             short_since: nudge::ShortSince::default(),
+            secret_data: secrets::SecretData::default(),
         }
     }
 }
@@ -168,18 +173,18 @@ fn tls_material(secret: &Secret, user_provided: bool) -> Option<(&[u8], &[u8], &
     Some((cert, key, ca))
 }
 
-/// Step 1b: reads the auth and TLS Secrets from the store.
+/// Step 1b: reads the auth and TLS Secrets from what the pass fetched.
 fn observe_secrets(
     valkey: &Valkey,
     namespace: &str,
     names: &Names,
-    stores: &Stores,
+    fetched: &secrets::Fetched,
 ) -> Result<SecretView, Error> {
     let spec = &valkey.spec;
     let mut view = SecretView::default();
     if let Some(name) = spec.auth_secret_name() {
         let key = spec.auth_password_key();
-        match stores.secret(namespace, name) {
+        match fetched.get(name) {
             None => {
                 view.auth_missing = true;
                 view.problems.push(Error::SecretMissing {
@@ -190,7 +195,7 @@ fn observe_secrets(
                     ),
                 });
             }
-            Some(secret) => match secret_key(&secret, key).map(vko_api::usable_password) {
+            Some(secret) => match secret_key(secret, key).map(vko_api::usable_password) {
                 Some(Ok(password)) => view.password = Some(password.to_owned()),
                 // Held back like a missing key: pods started now would run without a password.
                 Some(Err(source)) => {
@@ -234,8 +239,8 @@ fn observe_secrets(
         };
         let unusable = std::cell::RefCell::new(Vec::new());
         let fingerprint = |name: &str, hosts: &[String]| -> Option<(String, Arc<Secret>)> {
-            let secret = stores.secret(namespace, name)?;
-            let (cert, key, ca) = tls_material(&secret, user_provided)?;
+            let secret = fetched.get(name)?;
+            let (cert, key, ca) = tls_material(secret, user_provided)?;
             // A user's certificate is checked before any pod starts with it: one that cannot
             // serve the pods would give a cluster that never replicates. (cert-manager's are
             // issued from our own Certificate, with the usages and names the pods need.)
@@ -414,7 +419,18 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         target,
     };
     let mut problems: Vec<Error> = Vec::new();
-    let mut observed = observe(&pass)?;
+    let referenced = secrets::referenced(&valkey);
+    let referenced: Vec<&str> = referenced.iter().map(String::as_str).collect();
+    let fetched = ctx
+        .secret_data
+        .fetch(
+            &ctx.client,
+            &ctx.stores,
+            &pass.target.namespace,
+            &referenced,
+        )
+        .await;
+    let mut observed = observe(&pass, &fetched)?;
     problems.append(&mut observed.secrets.problems);
     let rendered = render(&pass, &observed);
     let storage = apply(
@@ -472,7 +488,8 @@ impl Target {
     }
 }
 
-/// Step 1, observe: what the stores hold for one `Valkey` (no GETs).
+/// Step 1, observe: what the stores hold for one `Valkey` and the data of the Secrets it
+/// references (fetched before: a GET only for a Secret version not read yet, ADR 0021).
 struct Observed {
     secrets: SecretView,
     data_pods: BTreeMap<u32, Arc<Pod>>,
@@ -481,12 +498,12 @@ struct Observed {
     recorded: Option<u32>,
 }
 
-fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
+fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Error> {
     let Target {
         namespace, name, ..
     } = &pass.target;
     let stores = &pass.ctx.stores;
-    let secrets = observe_secrets(pass.valkey, namespace, &pass.target.names, stores)?;
+    let secrets = observe_secrets(pass.valkey, namespace, &pass.target.names, fetched)?;
     let pods = stores.cluster_pods(namespace, name);
     let data_pods: BTreeMap<u32, Arc<Pod>> = pods
         .iter()
@@ -1266,26 +1283,6 @@ impl kube::runtime::utils::Backoff for TriggerPause {
     fn reset(&mut self) {}
 }
 
-/// The Valkeys in `secret`'s namespace that reference it (auth or TLS).
-pub fn valkeys_referencing(valkeys: &[Arc<Valkey>], secret: &Secret) -> Vec<ObjectRef<Valkey>> {
-    let namespace = secret.namespace();
-    let name = secret.name_any();
-    valkeys
-        .iter()
-        .filter(|valkey| valkey.namespace() == namespace)
-        .filter(|valkey| {
-            valkey.spec.auth_secret_name() == Some(name.as_str())
-                || vko_render::tls_secrets(valkey)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|tls| {
-                        tls.data == name || tls.sentinel.as_deref() == Some(name.as_str())
-                    })
-        })
-        .map(|valkey| ObjectRef::from_obj(valkey.as_ref()))
-        .collect()
-}
-
 /// Everything `run` needs from main.
 pub struct RunOptions {
     pub config: OperatorConfig,
@@ -1378,9 +1375,16 @@ pub async fn run(
                 namespace.map(|namespace| ObjectRef::<Valkey>::new(&cluster).within(&namespace))
             })
         })
-        .watches_stream(mapped_streams.secrets, move |secret: Secret| {
-            valkeys_referencing(&secret_valkeys.state(), &secret)
-        })
+        .watches_stream(
+            mapped_streams.secrets,
+            move |secret: PartialObjectMeta<Secret>| {
+                secrets::valkeys_referencing(
+                    &secret_valkeys.state(),
+                    secret.namespace().as_deref(),
+                    &secret.name_any(),
+                )
+            },
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -1457,7 +1461,11 @@ mod tests {
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "pw", "namespace": "ns"}}))
         .unwrap();
-        let refs = valkeys_referencing(&valkeys, &secret);
+        let refs = secrets::valkeys_referencing(
+            &valkeys,
+            secret.namespace().as_deref(),
+            &secret.name_any(),
+        );
         let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, vec!["a", "b"]);
     }
@@ -1465,22 +1473,19 @@ mod tests {
     /// The auth Secret `pw` in `ns` with `password` under the key `password`, observed for a
     /// Valkey with auth on.
     fn observe_auth(password: &[u8]) -> SecretView {
-        let (stores, mut writers) = Stores::empty();
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "pw", "namespace": "ns"},
             "data": {"password": k8s_openapi::ByteString(password.to_vec())}
         }))
         .unwrap();
-        writers
-            .secrets
-            .apply_watcher_event(&watcher::Event::Apply(secret));
+        let fetched = secrets::Fetched::from([("pw".to_owned(), Arc::new(secret))]);
         let valkey = valkey(
             serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
             "metadata": {"name": "a", "namespace": "ns"},
             "spec": {"auth": {"secretName": "pw"}}}),
         );
         let names = Names::new("a", "ns", "cluster.local").unwrap();
-        observe_secrets(&valkey, "ns", &names, &stores).unwrap()
+        observe_secrets(&valkey, "ns", &names, &fetched).unwrap()
     }
 
     #[test]

@@ -15,4 +15,5 @@ pub mod metrics;
 pub mod migrate;
 pub mod nudge;
 pub mod roll;
+pub mod secrets;
 pub mod stores;

@@ -14,6 +14,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Controller;
@@ -152,17 +153,20 @@ impl ObservedMeta {
 /// reflectors, the waits for their initial lists, the Controller's triggers and the test stores
 /// from it, so a new kind cannot be watched without being waited for (or the reverse).
 /// `owned` kinds trigger the Valkey named by their controller ownerReference; `mapped` kinds are
-/// mapped to Valkeys by the Controller's own functions (pods by label, Secrets by reference).
+/// mapped to Valkeys by the Controller's own functions (pods by label); `metadata` kinds are
+/// watched and cached as metadata only (Secrets, ADR 0021) and mapped likewise (by reference).
 macro_rules! watched_kinds {
     (
         owned { $($owned:ident: $owned_kind:ty => $owned_name:literal, $owned_watch:expr;)* }
         mapped { $($mapped:ident: $mapped_kind:ty => $mapped_name:literal, $mapped_watch:expr;)* }
+        metadata { $($meta:ident: $meta_kind:ty => $meta_name:literal, $meta_watch:expr;)* }
     ) => {
         /// Every reflector store.
         #[derive(Clone)]
         pub struct Stores {
             $(pub $owned: Store<$owned_kind>,)*
             $(pub $mapped: Store<$mapped_kind>,)*
+            $(pub $meta: Store<PartialObjectMeta<$meta_kind>>,)*
         }
 
         /// The change streams of the `owned` kinds, for `Controller::owns_stream`.
@@ -170,9 +174,11 @@ macro_rules! watched_kinds {
             $(pub $owned: WatchStream<$owned_kind>,)*
         }
 
-        /// The change streams of the `mapped` kinds, for `Controller::watches_stream`.
+        /// The change streams of the `mapped` and `metadata` kinds, for
+        /// `Controller::watches_stream`.
         pub struct MappedStreams {
             $(pub $mapped: WatchStream<$mapped_kind>,)*
+            $(pub $meta: WatchStream<PartialObjectMeta<$meta_kind>>,)*
         }
 
         /// The writers of [`Stores::empty`], so a test can put objects into the stores.
@@ -181,6 +187,7 @@ macro_rules! watched_kinds {
         pub struct StoreWriters {
             $(pub $owned: kube::runtime::reflector::store::Writer<$owned_kind>,)*
             $(pub $mapped: kube::runtime::reflector::store::Writer<$mapped_kind>,)*
+            $(pub $meta: kube::runtime::reflector::store::Writer<PartialObjectMeta<$meta_kind>>,)*
         }
 
         impl Stores {
@@ -189,13 +196,18 @@ macro_rules! watched_kinds {
             pub fn reflect(client: &kube::Client) -> (Stores, OwnedStreams, MappedStreams) {
                 $(let $owned = reflect::<$owned_kind>(client, $owned_watch);)*
                 $(let $mapped = reflect::<$mapped_kind>(client, $mapped_watch);)*
+                $(let $meta = reflect_metadata::<$meta_kind>(client, $meta_watch);)*
                 (
                     Stores {
                         $($owned: $owned.0,)*
                         $($mapped: $mapped.0,)*
+                        $($meta: $meta.0,)*
                     },
                     OwnedStreams { $($owned: $owned.1,)* },
-                    MappedStreams { $($mapped: $mapped.1,)* },
+                    MappedStreams {
+                        $($mapped: $mapped.1,)*
+                        $($meta: $meta.1,)*
+                    },
                 )
             }
 
@@ -204,6 +216,7 @@ macro_rules! watched_kinds {
                 vec![
                     $(store_wait($owned_name, self.$owned.clone()),)*
                     $(store_wait($mapped_name, self.$mapped.clone()),)*
+                    $(store_wait($meta_name, self.$meta.clone()),)*
                 ]
             }
 
@@ -212,14 +225,17 @@ macro_rules! watched_kinds {
             pub fn empty() -> (Stores, StoreWriters) {
                 $(let $owned = kube::runtime::reflector::store::<$owned_kind>();)*
                 $(let $mapped = kube::runtime::reflector::store::<$mapped_kind>();)*
+                $(let $meta = kube::runtime::reflector::store::<PartialObjectMeta<$meta_kind>>();)*
                 (
                     Stores {
                         $($owned: $owned.0,)*
                         $($mapped: $mapped.0,)*
+                        $($meta: $meta.0,)*
                     },
                     StoreWriters {
                         $($owned: $owned.1,)*
                         $($mapped: $mapped.1,)*
+                        $($meta: $meta.1,)*
                     },
                 )
             }
@@ -248,6 +264,8 @@ watched_kinds! {
     }
     mapped {
         pods: Pod => "Pod", watcher::Config::default().labels(labels::CLUSTER);
+    }
+    metadata {
         secrets: Secret => "Secret", watcher::Config::default();
     }
 }
@@ -268,6 +286,36 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+/// A reflector of `K`'s metadata only, on every namespace (no `data`, no managedFields kept): what
+/// the cache holds of objects the operator only needs by reference.
+fn reflect_metadata<K>(
+    client: &kube::Client,
+    config: watcher::Config,
+) -> (
+    Store<PartialObjectMeta<K>>,
+    WatchStream<PartialObjectMeta<K>>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let all = Api::<PartialObjectMeta<K>>::all(client.clone());
+    let watch = watcher(all, config).modify(|object| {
+        object.metadata.managed_fields = None;
+    });
+    let stream = reflector::reflector(writer, watch)
         .default_backoff()
         .touched_objects()
         .boxed();
@@ -368,7 +416,12 @@ impl Stores {
         out
     }
 
-    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
+    /// The Secret's metadata (the watch keeps no data; `secrets::SecretData` reads it).
+    pub fn secret_meta(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<PartialObjectMeta<Secret>>> {
         self.secrets.get(&ObjectRef::new(name).within(namespace))
     }
 
