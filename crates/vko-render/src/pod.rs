@@ -1,14 +1,11 @@
 //! Pieces shared by every generated pod: security contexts, env vars, probes, mounts, and the
 //! argument lists of the operator binaries (`vko-sidecar`, `vko-observer`).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Capabilities, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
     SecretKeySelector, SecurityContext, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::Ctx;
@@ -92,17 +89,10 @@ pub fn container_security_context() -> SecurityContext {
 /// Resources of the operator-image containers (sidecar, data init), so a namespace with a
 /// ResourceQuota admits the pod.
 pub fn operator_container_resources() -> ResourceRequirements {
-    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-            .collect()
-    };
-    ResourceRequirements {
-        requests: Some(quantities(&[("cpu", "10m"), ("memory", "32Mi")])),
-        limits: Some(quantities(&[("memory", "128Mi")])),
-        ..ResourceRequirements::default()
-    }
+    vko_api::resource_requirements(
+        &[("cpu", "10m"), ("memory", "32Mi")],
+        &[("memory", "128Mi")],
+    )
 }
 
 /// A literal env var.
