@@ -591,16 +591,7 @@ async fn run_output(mut command: tokio::process::Command, description: &str) -> 
             seconds: 60,
         })?
         .map_err(Error::io(format!("running {description}")))?;
-    if !output.status.success() {
-        return Err(Error::Command {
-            command: description.to_string(),
-            detail: format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        });
-    }
+    Error::unless_success(&output, description)?;
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
