@@ -1185,7 +1185,9 @@ async fn wait_for_nodes(
     }
 }
 
-fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
+/// Ready and without the node lifecycle controller's not-ready taint: what a node must be before
+/// the testbed reports it up (its tests wait for the same).
+pub fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
     let ready = node
         .status
         .as_ref()

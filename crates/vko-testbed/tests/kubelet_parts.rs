@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use vko_testbed::kubelet::{NodeSpec, dns, nodes, provisioner, volumes};
+use vko_testbed::{controlplane, harness};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -55,38 +56,29 @@ impl Drop for Cleanup {
             self.volumes.clone(),
         );
         // Drop runs inside the test's runtime; a separate thread may block on its own runtime.
-        let done = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+        harness::block_on_own_thread(async move {
+            let Ok(client) = Client::try_default().await else {
                 return;
             };
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                let background = DeleteParams::background();
-                for name in namespaces {
-                    let _ = Api::<Namespace>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                }
-                for name in nodes {
-                    let _ = Api::<Node>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-                    let _ = leases.delete(&name, &background).await;
-                }
-                for name in volumes {
-                    let _ = Api::<PersistentVolume>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                }
-            });
+            let background = DeleteParams::background();
+            for name in namespaces {
+                let _ = Api::<Namespace>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+            }
+            for name in nodes {
+                let _ = Api::<Node>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+                let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+                let _ = leases.delete(&name, &background).await;
+            }
+            for name in volumes {
+                let _ = Api::<PersistentVolume>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+            }
         });
-        let _ = done.join();
         for dir in &self.dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -186,24 +178,8 @@ async fn nodes_become_ready_lose_the_not_ready_taint_and_stopped_nodes_stop_rene
     for spec in &specs {
         let node = eventually("the node Ready without a not-ready taint", 60, || async {
             let node = node_api.get(&spec.name).await.ok()?;
-            let ready = node
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True");
-            let tainted = node
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.taints.as_ref())
-                .is_some_and(|taints| {
-                    taints
-                        .iter()
-                        .any(|taint| taint.key.starts_with("node.kubernetes.io/not-ready"))
-                });
             // The node lifecycle controller taints a node not-ready until it sees Ready=True.
-            (ready && !tainted).then_some(node)
+            controlplane::node_is_usable(&node).then_some(node)
         })
         .await;
         let labels = node.metadata.labels.unwrap();
