@@ -87,11 +87,9 @@ mod tests {
 
     use super::*;
 
-    /// With the gate closed (an elected operator that never renewed, or one past its renew
-    /// deadline), a write fails in the process: the API server never sees a connection for it.
-    /// Reads still go out; the Lease client is not gated.
-    #[tokio::test]
-    async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
+    /// A local "API server" that accepts connections, holds them open and never answers; the
+    /// count is of the connections it accepted.
+    async fn silent_api_server() -> (http::Uri, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
             .parse()
@@ -105,6 +103,15 @@ mod tests {
                 held.push(socket);
             }
         });
+        (url, connections)
+    }
+
+    /// With the gate closed (an elected operator that never renewed, or one past its renew
+    /// deadline), a write fails in the process: the API server never sees a connection for it.
+    /// Reads still go out; the Lease client is not gated.
+    #[tokio::test]
+    async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
+        let (url, connections) = silent_api_server().await;
         let clients = KubeClients::with_deadlines(
             kube::Config::new(url),
             Duration::from_secs(1),
@@ -151,16 +158,7 @@ mod tests {
     /// after its response deadline; the watch client (no deadline) is still waiting.
     #[tokio::test]
     async fn a_hung_api_server_fails_a_request_within_the_deadline() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
+        let (url, _connections) = silent_api_server().await;
         let clients = KubeClients::with_deadlines(
             kube::Config::new(url),
             Duration::from_secs(1),

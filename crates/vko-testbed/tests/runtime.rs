@@ -534,22 +534,16 @@ async fn exit_codes_signals_and_start_failures_are_reported() {
     let missing = pod.start(&pod.spec("missing", &["no-such-command-vko"]));
     let status = pod.containers[missing].wait().await.unwrap();
     assert_eq!(status.exit_code, 127);
-    assert!(
-        pod.log("missing").contains("not found"),
-        "{}",
-        pod.log("missing")
-    );
+    let log = pod.log("missing");
+    assert!(log.contains("not found"), "{log}");
 
     let mut bad_netns = pod.spec("bad-netns", &["true"]);
     bad_netns.netns = "vkotb-doesnotexist".into();
     let bad = pod.start(&bad_netns);
     let status = pod.containers[bad].wait().await.unwrap();
     assert_eq!(status.exit_code, 1);
-    assert!(
-        pod.log("bad-netns").contains("network namespace"),
-        "{}",
-        pod.log("bad-netns")
-    );
+    let log = pod.log("bad-netns");
+    assert!(log.contains("network namespace"), "{log}");
 
     // The environment is exactly the given one.
     let mut env_spec = pod.spec("env", &["sh", "-c", "env | sort"]);
