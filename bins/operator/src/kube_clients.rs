@@ -87,9 +87,13 @@ mod tests {
 
     use super::*;
 
-    /// A local "API server" that accepts connections, holds them open and never answers; the
-    /// count is of the connections it accepted.
-    async fn silent_api_server() -> (http::Uri, Arc<AtomicUsize>) {
+    /// Clients (1 s to connect, `response` for a request) of a local "API server" that accepts
+    /// connections, holds them open and never answers; the count is of the connections it
+    /// accepted.
+    async fn clients_of_a_silent_api_server(
+        response: Duration,
+        leadership: Leadership,
+    ) -> (KubeClients, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
             .parse()
@@ -103,7 +107,14 @@ mod tests {
                 held.push(socket);
             }
         });
-        (url, connections)
+        let clients = KubeClients::with_deadlines(
+            kube::Config::new(url),
+            Duration::from_secs(1),
+            response,
+            leadership,
+        )
+        .unwrap();
+        (clients, connections)
     }
 
     /// With the gate closed (an elected operator that never renewed, or one past its renew
@@ -111,14 +122,11 @@ mod tests {
     /// Reads still go out; the Lease client is not gated.
     #[tokio::test]
     async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
-        let (url, connections) = silent_api_server().await;
-        let clients = KubeClients::with_deadlines(
-            kube::Config::new(url),
-            Duration::from_secs(1),
+        let (clients, connections) = clients_of_a_silent_api_server(
             Duration::from_millis(200),
             Leadership::elected(Duration::from_secs(10)),
         )
-        .unwrap();
+        .await;
         let config_maps: Api<ConfigMap> = Api::namespaced(clients.request.clone(), "ns");
         let written = config_maps
             .create(&PostParams::default(), &ConfigMap::default())
@@ -158,14 +166,9 @@ mod tests {
     /// after its response deadline; the watch client (no deadline) is still waiting.
     #[tokio::test]
     async fn a_hung_api_server_fails_a_request_within_the_deadline() {
-        let (url, _connections) = silent_api_server().await;
-        let clients = KubeClients::with_deadlines(
-            kube::Config::new(url),
-            Duration::from_secs(1),
-            Duration::from_millis(300),
-            Leadership::unconditional(),
-        )
-        .unwrap();
+        let (clients, _connections) =
+            clients_of_a_silent_api_server(Duration::from_millis(300), Leadership::unconditional())
+                .await;
 
         let started = Instant::now();
         let answer =
