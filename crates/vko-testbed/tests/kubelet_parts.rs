@@ -85,6 +85,14 @@ impl Drop for Cleanup {
     }
 }
 
+/// A client, the test's cleanup and a fresh namespace it deletes.
+async fn client_and_namespace() -> (Client, Cleanup, String) {
+    let client = client().await;
+    let mut cleanup = Cleanup::default();
+    let ns = namespace(&client, &mut cleanup).await;
+    (client, cleanup, ns)
+}
+
 fn temp_dir(cleanup: &mut Cleanup, name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique(&format!("vko-kubelet-parts-{name}")));
     std::fs::create_dir_all(&dir).unwrap();
@@ -353,9 +361,7 @@ async fn the_provisioner_binds_claims_and_deletes_released_volumes() {
 #[tokio::test]
 #[ignore = "needs a running API server and controller-manager (KUBECONFIG)"]
 async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
-    let client = client().await;
-    let mut cleanup = Cleanup::default();
-    let ns = namespace(&client, &mut cleanup).await;
+    let (client, mut cleanup, ns) = client_and_namespace().await;
     let _: ConfigMap = create(
         &client,
         &ns,
@@ -478,18 +484,26 @@ async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
     );
 
     // A missing ConfigMap names itself; an unbound claim says so.
-    let broken: Pod = create(
-        &client,
-        &ns,
-        json!({"metadata": {"name": "broken"},
-               "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
-                        "volumes": [{"name": "config", "configMap": {"name": "nope"}}]}}),
+    // Why a shell pod named `name` with one `volume` cannot be prepared.
+    let mut unpreparable = async |name: &str, volume: serde_json::Value| -> String {
+        let pod: Pod = create(
+            &client,
+            &ns,
+            json!({"metadata": {"name": name},
+                   "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
+                            "volumes": [volume]}}),
+        )
+        .await;
+        volumes::prepare(&client, &pod, &temp_dir(&mut cleanup, name))
+            .await
+            .unwrap_err()
+            .to_string()
+    };
+    let error = unpreparable(
+        "broken",
+        json!({"name": "config", "configMap": {"name": "nope"}}),
     )
     .await;
-    let error = volumes::prepare(&client, &broken, &temp_dir(&mut cleanup, "broken"))
-        .await
-        .unwrap_err()
-        .to_string();
     assert!(
         error.contains("configmap \"nope\" not found") && error.contains("\"config\""),
         "{error}"
@@ -502,18 +516,11 @@ async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
                         "resources": {"requests": {"storage": "1Gi"}}}}),
     )
     .await;
-    let waiting: Pod = create(
-        &client,
-        &ns,
-        json!({"metadata": {"name": "waiting"},
-               "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
-                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}}]}}),
+    let error = unpreparable(
+        "waiting",
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}}),
     )
     .await;
-    let error = volumes::prepare(&client, &waiting, &temp_dir(&mut cleanup, "waiting"))
-        .await
-        .unwrap_err()
-        .to_string();
     assert!(error.contains("\"unbound\" is not bound"), "{error}");
 
     volumes::cleanup(&pod_dir).await.unwrap();
@@ -536,9 +543,7 @@ fn read(path: &Path) -> String {
 #[tokio::test]
 #[ignore = "needs a running API server and controller-manager (KUBECONFIG)"]
 async fn hosts_files_follow_pods_and_services_in_place() {
-    let client = client().await;
-    let mut cleanup = Cleanup::default();
-    let ns = namespace(&client, &mut cleanup).await;
+    let (client, mut cleanup, ns) = client_and_namespace().await;
     let state_dir = temp_dir(&mut cleanup, "dns");
     let shutdown = CancellationToken::new();
     let dns = dns::Dns::start(
