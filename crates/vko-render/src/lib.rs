@@ -38,6 +38,7 @@ mod objects;
 mod pod;
 mod ports;
 mod sentinel;
+mod tier;
 mod version;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -501,15 +502,12 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
     let mut statefulsets = Vec::new();
     let (data_sts, data_hashes) =
         data::statefulset(&ctx, tls.as_ref(), data_tls_hash, &data_config_hash)?;
-    if tls.is_some() && data_tls_hash.is_none() {
-        skipped.push(Skipped {
-            kind: "StatefulSet",
-            name: ctx.names.data_statefulset(),
-            reason: SkipReason::TlsMaterialUnknown,
-        });
-    } else {
-        statefulsets.push(data_sts);
-    }
+    hold_back_without_tls_hash(
+        data_sts,
+        tls.is_some() && data_tls_hash.is_none(),
+        &mut statefulsets,
+        &mut skipped,
+    );
 
     let mut sentinel_hashes = None;
     if spec.sentinel_enabled() {
@@ -528,15 +526,12 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         ));
         let (sentinel_sts, hashes) =
             sentinel::statefulset(&ctx, tls.as_ref(), sentinel_tls_hash, &sentinel_config_hash)?;
-        if tls.is_some() && sentinel_tls_hash.is_none() {
-            skipped.push(Skipped {
-                kind: "StatefulSet",
-                name: ctx.names.sentinel_statefulset(),
-                reason: SkipReason::TlsMaterialUnknown,
-            });
-        } else {
-            statefulsets.push(sentinel_sts);
-        }
+        hold_back_without_tls_hash(
+            sentinel_sts,
+            tls.is_some() && sentinel_tls_hash.is_none(),
+            &mut statefulsets,
+            &mut skipped,
+        );
         sentinel_hashes = Some(hashes);
     }
 
@@ -588,4 +583,24 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         },
         skipped,
     })
+}
+
+/// A tier's StatefulSet goes into `statefulsets`, unless TLS is on and the fingerprint of its
+/// material is not known yet (`tls_hash_unknown`): then it is held back and reported in
+/// `skipped` as [`SkipReason::TlsMaterialUnknown`].
+fn hold_back_without_tls_hash(
+    statefulset: StatefulSet,
+    tls_hash_unknown: bool,
+    statefulsets: &mut Vec<StatefulSet>,
+    skipped: &mut Vec<Skipped>,
+) {
+    if tls_hash_unknown {
+        skipped.push(Skipped {
+            kind: "StatefulSet",
+            name: statefulset.metadata.name.unwrap_or_default(),
+            reason: SkipReason::TlsMaterialUnknown,
+        });
+    } else {
+        statefulsets.push(statefulset);
+    }
 }
