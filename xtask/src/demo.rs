@@ -77,13 +77,9 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
         &root.join(EXAMPLE).display().to_string(),
     ])?;
 
-    println!(
-        "==> waiting for PHASE OK (up to {} s)",
-        READY_TIMEOUT.as_secs()
-    );
-    let started = Instant::now();
-    loop {
-        let phase = kubectl.output(&[
+    let mut phase = String::new();
+    let waited = wait_until("PHASE OK", READY_TIMEOUT, Duration::from_secs(3), || {
+        phase = kubectl.output(&[
             "get",
             "valkey",
             "ha-cluster",
@@ -92,21 +88,18 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
             "-o",
             "jsonpath={.status.phase}",
         ])?;
-        if phase.trim() == "OK" {
-            break;
-        }
-        if started.elapsed() > READY_TIMEOUT {
-            kubectl.run(&["get", "valkey,pods", "-n", NAMESPACE, "-o", "wide"])?;
-            bail!(
-                "ha-cluster did not reach PHASE OK within {} s (phase now {:?}); operator log: \
-                 kubectl -n {OPERATOR_NAMESPACE} logs deployment/vko-valkey-operator",
-                READY_TIMEOUT.as_secs(),
-                phase.trim(),
-            );
-        }
-        std::thread::sleep(Duration::from_secs(3));
-    }
-    println!("==> ready after {} s", started.elapsed().as_secs());
+        Ok(phase.trim() == "OK")
+    })?;
+    let Some(waited) = waited else {
+        kubectl.run(&["get", "valkey,pods", "-n", NAMESPACE, "-o", "wide"])?;
+        bail!(
+            "ha-cluster did not reach PHASE OK within {} s (phase now {:?}); operator log: \
+             kubectl -n {OPERATOR_NAMESPACE} logs deployment/vko-valkey-operator",
+            READY_TIMEOUT.as_secs(),
+            phase.trim(),
+        );
+    };
+    println!("==> ready after {} s", waited.as_secs());
     kubectl.run(&["get", "valkey", "-n", NAMESPACE])?;
     kubectl.run(&[
         "get",
@@ -240,13 +233,13 @@ fn install_chart(
     if !status.success() {
         bail!("helm upgrade --install failed ({status})");
     }
-    println!(
-        "==> waiting for the operator pod to be Ready (up to {} s)",
-        OPERATOR_READY_TIMEOUT.as_secs()
-    );
-    let started = Instant::now();
-    loop {
-        let ready = kubectl.output(&[
+    let waited =
+        wait_until(
+            "the operator pod to be Ready",
+            OPERATOR_READY_TIMEOUT,
+            Duration::from_secs(2),
+            || {
+                let ready = kubectl.output(&[
             "get",
             "pods",
             "-n",
@@ -256,24 +249,40 @@ fn install_chart(
             "-o",
             "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].status}",
         ])?;
-        if ready.split_whitespace().any(|status| status == "True") {
-            break;
-        }
-        if started.elapsed() > OPERATOR_READY_TIMEOUT {
-            let _ = kubectl.run(&["get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide"]);
-            bail!(
-                "the operator pod was not Ready within {} s: kubectl -n {OPERATOR_NAMESPACE} logs \
-                 deployment/vko-valkey-operator",
-                OPERATOR_READY_TIMEOUT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    println!(
-        "==> operator Ready (leading) after {} s",
-        started.elapsed().as_secs()
-    );
+                Ok(ready.split_whitespace().any(|status| status == "True"))
+            },
+        )?;
+    let Some(waited) = waited else {
+        let _ = kubectl.run(&["get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide"]);
+        bail!(
+            "the operator pod was not Ready within {} s: kubectl -n {OPERATOR_NAMESPACE} logs \
+             deployment/vko-valkey-operator",
+            OPERATOR_READY_TIMEOUT.as_secs()
+        );
+    };
+    println!("==> operator Ready (leading) after {} s", waited.as_secs());
     Ok(())
+}
+
+/// Polls `ready` every `poll` until it says yes (`Some(how long it took)`) or `timeout` has passed
+/// (`None`); an error from `ready` ends the wait at once.
+fn wait_until(
+    what: &str,
+    timeout: Duration,
+    poll: Duration,
+    mut ready: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Option<Duration>> {
+    println!("==> waiting for {what} (up to {} s)", timeout.as_secs());
+    let started = Instant::now();
+    loop {
+        if ready()? {
+            return Ok(Some(started.elapsed()));
+        }
+        if started.elapsed() > timeout {
+            return Ok(None);
+        }
+        std::thread::sleep(poll);
+    }
 }
 
 struct Kubectl {

@@ -3,9 +3,10 @@
 //! its version stamp is written.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use vko_testbed::controlplane::format_duration;
 use vko_testbed::paths;
 
@@ -76,5 +77,137 @@ impl CachedTool<'_> {
             let _ = std::fs::remove_dir_all(&staging);
         }
         result
+    }
+}
+
+/// `cargo xtask helm | exporter`: the two subcommands every Go-built tool has.
+#[derive(clap::Args)]
+pub struct ToolArgs {
+    #[command(subcommand)]
+    command: ToolCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum ToolCommand {
+    /// Build the tool into the cache unless it is there already.
+    Build,
+    /// Print the path of the cached binary.
+    Path,
+}
+
+impl ToolArgs {
+    /// Builds with `build`, or prints where the cached binary is.
+    pub fn run(
+        self,
+        build: impl FnOnce() -> anyhow::Result<PathBuf>,
+        binary: PathBuf,
+    ) -> anyhow::Result<()> {
+        match self.command {
+            ToolCommand::Build => build().map(|_| ()),
+            ToolCommand::Path => {
+                println!("{}", binary.display());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A tool built from a Go module of this repository (`xtask/<dir>`, whose go.mod requires `module`
+/// at `version` and whose go.sum pins every dependency).
+pub struct GoModule {
+    /// Name in messages (`helm`, `redis_exporter`).
+    pub name: &'static str,
+    /// The Go module's directory below `xtask/`.
+    pub dir: &'static str,
+    /// The module go.mod requires, at `version`.
+    pub module: &'static str,
+    pub version: &'static str,
+    /// The package `go build` builds (the binary's `main`).
+    pub package: &'static str,
+    /// File name of the binary in the cache directory.
+    pub binary: &'static str,
+    /// What to expect, after the "building ..." line.
+    pub build_note: &'static str,
+    /// The cache directory (`~/.cache/vko/<name>-<version>`).
+    pub cache_dir: fn() -> PathBuf,
+    /// The `-X` stamps of the tool's own release build.
+    pub ldflags: fn() -> String,
+}
+
+impl GoModule {
+    fn module_dir(&self) -> PathBuf {
+        crate::testbed::repo_root().join("xtask").join(self.dir)
+    }
+
+    fn cached(&self) -> CachedTool<'static> {
+        CachedTool {
+            name: self.name,
+            version: self.version,
+            dir: (self.cache_dir)(),
+            binary: self.binary,
+        }
+    }
+
+    /// The cached binary (which may not be built yet).
+    pub fn binary_path(&self) -> PathBuf {
+        self.cached().binary_path()
+    }
+
+    /// The cached binary, built first when missing.
+    pub fn build_cached(&self) -> anyhow::Result<PathBuf> {
+        self.cached()
+            .build_with(|out_dir| self.go_build(&(self.ldflags)(), &out_dir.join(self.binary)))
+    }
+
+    /// `go build` of the package into `output`, as a static binary; returns how long it took.
+    fn go_build(&self, ldflags: &str, output: &Path) -> anyhow::Result<Duration> {
+        let module_dir = self.module_dir();
+        eprintln!(
+            "building {} {} from {}{}",
+            self.name,
+            self.version,
+            module_dir.display(),
+            self.build_note
+        );
+        let started = Instant::now();
+        let status = Command::new("go")
+            .current_dir(&module_dir)
+            .args(["build", "-trimpath", "-ldflags", ldflags, "-o"])
+            .arg(output)
+            .arg(self.package)
+            // A static binary: no C toolchain needed, and it runs anywhere on this machine, inside
+            // the testbed's containers too.
+            .env("CGO_ENABLED", "0")
+            .stdin(Stdio::null())
+            .status()
+            .context("could not start `go` (is Go installed and on PATH?)")?;
+        if !status.success() {
+            bail!(
+                "go build of {} ({} {}) failed ({status}); its output is above",
+                self.name,
+                self.module,
+                self.version
+            );
+        }
+        Ok(started.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_version_is_the_one_its_go_mod_requires() {
+        for tool in [crate::helm::GO_MODULE, crate::exporter::GO_MODULE] {
+            let go_mod = std::fs::read_to_string(tool.module_dir().join("go.mod")).unwrap();
+            assert!(
+                go_mod
+                    .lines()
+                    .any(|line| line.trim() == format!("require {} {}", tool.module, tool.version)),
+                "xtask/{}/go.mod does not require {} {}",
+                tool.dir,
+                tool.module,
+                tool.version
+            );
+        }
     }
 }

@@ -4,39 +4,18 @@
 //! when it is missing.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Instant;
 
-use anyhow::{Context, bail};
 use vko_testbed::paths;
 
-use crate::go_cache::CachedTool;
+use crate::go_cache::{GoModule, ToolArgs};
 
 /// The helm release `xtask/helm/go.mod` requires (a unit test keeps the two equal).
 pub const HELM_VERSION: &str = "v3.22.0";
 
-#[derive(clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: HelmCommand,
-}
-
-#[derive(clap::Subcommand)]
-enum HelmCommand {
-    /// Build helm into the cache unless it is there already.
-    Build,
-    /// Print the path of the cached helm binary.
-    Path,
-}
+pub type Args = ToolArgs;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.command {
-        HelmCommand::Build => build().map(|_| ()),
-        HelmCommand::Path => {
-            println!("{}", helm_binary().display());
-            Ok(())
-        }
-    }
+    args.run(build, helm_binary())
 }
 
 /// `~/.cache/vko/helm-<version>/`.
@@ -46,66 +25,38 @@ pub fn helm_dir() -> PathBuf {
 
 /// The cached helm binary.
 pub fn helm_binary() -> PathBuf {
-    tool().binary_path()
-}
-
-fn tool() -> CachedTool<'static> {
-    CachedTool {
-        name: "helm",
-        version: HELM_VERSION,
-        dir: helm_dir(),
-        binary: "helm",
-    }
+    GO_MODULE.binary_path()
 }
 
 /// Builds helm into the cache when missing; returns its path.
 pub fn build() -> anyhow::Result<PathBuf> {
-    tool().build_with(go_build)
+    GO_MODULE.build_cached()
 }
 
-fn go_build(out_dir: &std::path::Path) -> anyhow::Result<std::time::Duration> {
-    let module = crate::testbed::repo_root().join("xtask").join("helm");
-    // The -X stamps helm's own release build sets (`helm version` reports them).
-    let ldflags = format!(
+/// Its Go module, `xtask/helm`.
+pub const GO_MODULE: GoModule = GoModule {
+    name: "helm",
+    dir: "helm",
+    module: "helm.sh/helm/v3",
+    version: HELM_VERSION,
+    binary: "helm",
+    build_note: " (a cold build takes a few minutes on 2 cores)",
+    cache_dir: helm_dir,
+    ldflags,
+    package: "helm.sh/helm/v3/cmd/helm",
+};
+
+/// The `-X` stamps helm's own release build sets (`helm version` reports them).
+fn ldflags() -> String {
+    format!(
         "-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION} \
          -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-    );
-    eprintln!(
-        "building helm {HELM_VERSION} from {} (a cold build takes a few minutes on 2 cores)",
-        module.display()
-    );
-    let started = Instant::now();
-    let status = Command::new("go")
-        .current_dir(&module)
-        .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
-        .arg(out_dir.join("helm"))
-        .arg("helm.sh/helm/v3/cmd/helm")
-        // A static binary: no C toolchain needed, runs anywhere on this machine.
-        .env("CGO_ENABLED", "0")
-        .stdin(Stdio::null())
-        .status()
-        .context("could not start `go` (is Go installed and on PATH?)")?;
-    if !status.success() {
-        bail!("go build of helm failed ({status}); its output is above");
-    }
-    Ok(started.elapsed())
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_version_is_the_one_go_mod_requires() {
-        let go_mod =
-            std::fs::read_to_string(crate::testbed::repo_root().join("xtask/helm/go.mod")).unwrap();
-        assert!(
-            go_mod
-                .lines()
-                .any(|line| line.trim() == format!("require helm.sh/helm/v3 {HELM_VERSION}")),
-            "xtask/helm/go.mod does not require helm.sh/helm/v3 {HELM_VERSION}"
-        );
-    }
 
     #[test]
     fn the_e2e_harness_looks_for_the_same_helm() {

@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use vko_testbed::controlplane::format_duration;
 use vko_testbed::paths;
 
-use crate::test::{NoServiceStarts, POLICY_RC_D, apt, find_on_path};
+use crate::test::{NoServiceStarts, POLICY_RC_D, apt, find_command, run_to_success};
 use crate::testbed::{repo_root, target_dir};
 
 /// The chart's default repository (`charts/valkey-operator/values.yaml`); the tag is the version.
@@ -153,7 +153,7 @@ pub fn build(bin_dir: Option<&Path>) -> anyhow::Result<BuiltImage> {
 fn install_host_commands() -> anyhow::Result<()> {
     let missing: Vec<&str> = HOST_COMMANDS
         .iter()
-        .filter(|(command, _)| find_on_path(command).is_none())
+        .filter(|(command, _)| find_command(command).is_none())
         .map(|(_, package)| *package)
         .collect();
     if missing.is_empty() {
@@ -191,17 +191,14 @@ fn build_binaries(revision: &str) -> anyhow::Result<()> {
     for binary in BINARIES {
         args.extend(["--package", binary]);
     }
-    println!("cargo {}", args.join(" "));
-    let status = Command::new(cargo)
+    let shown = format!("cargo {}", args.join(" "));
+    println!("{shown}");
+    let mut command = Command::new(cargo);
+    command
         .args(&args)
         .env("VKO_GIT_COMMIT", revision)
-        .current_dir(repo_root())
-        .status()
-        .context("running cargo build --release")?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
+        .current_dir(repo_root());
+    run_to_success(command, &shown)
 }
 
 /// What the cache key covers: every pinned package and the layout.

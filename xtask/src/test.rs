@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use vko_testbed::controlplane::format_duration;
+/// One search of `PATH` for every command a step needs (the testbed checks its own the same way).
+pub use vko_testbed::kube_proxy::find_command;
 use vko_testbed::paths::{self, Paths};
 
 use crate::testbed;
@@ -209,16 +211,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 steps.run(
                     "helm uninstall removes the CRD, not the PVCs (alone, last)",
                     || {
-                        let args = [
-                            "--test",
-                            "e2e",
-                            "--",
-                            "--ignored",
-                            "--nocapture",
-                            "helm_uninstall_crd::",
-                        ]
-                        .map(String::from);
-                        cargo_e2e(&root, &args, &[]).context("helm_uninstall_crd failed")
+                        cargo_e2e(&root, &ignored_e2e_args("helm_uninstall_crd::"), &[])
+                            .context("helm_uninstall_crd failed")
                     },
                 );
             } else {
@@ -377,18 +371,16 @@ fn run_exclusive_pass(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
     cargo_e2e(root, &args.exclusive_pass(&tests), &[]).context("exclusive end-to-end tests failed")
 }
 
+/// The arguments that run the `#[ignore]`d tests of one e2e module (`filter`) on their own: the
+/// suite's last steps, which must not share the testbed with anything else.
+fn ignored_e2e_args(filter: &str) -> [String; 6] {
+    ["--test", "e2e", "--", "--ignored", "--nocapture", filter].map(String::from)
+}
+
 /// `rbac_least_privilege` is `#[ignore]`d in the suite's own run (it must see the whole suite's audit
 /// log); this runs it on its own.
 fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
-    let args = [
-        "--test",
-        "e2e",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "rbac_least_privilege::",
-    ]
-    .map(String::from);
+    let args = ignored_e2e_args("rbac_least_privilege::");
     let verdict_file =
         std::env::temp_dir().join(format!("vko-rbac-verdict-{}", std::process::id()));
     let _ = std::fs::remove_file(&verdict_file);
@@ -502,7 +494,7 @@ pub fn install_commands(required: &[(&str, &str)]) -> anyhow::Result<()> {
     let missing: Vec<(&str, &str)> = required
         .iter()
         .copied()
-        .filter(|(command, _)| find_on_path(command).is_none())
+        .filter(|(command, _)| find_command(command).is_none())
         .collect();
     if missing.is_empty() {
         println!(
@@ -574,7 +566,7 @@ pub fn install_commands(required: &[(&str, &str)]) -> anyhow::Result<()> {
     let still_missing: Vec<&str> = required
         .iter()
         .map(|(command, _)| *command)
-        .filter(|command| find_on_path(command).is_none())
+        .filter(|command| find_command(command).is_none())
         .collect();
     if !still_missing.is_empty() {
         bail!(
@@ -636,25 +628,22 @@ fn pids_running(executable: &Path) -> Vec<i32> {
 }
 
 pub fn apt(args: &[&str]) -> anyhow::Result<()> {
-    println!("apt-get {}", args.join(" "));
-    let status = Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .context("running apt-get")?;
-    if !status.success() {
-        bail!("`apt-get {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
+    let shown = format!("apt-get {}", args.join(" "));
+    println!("{shown}");
+    let mut command = Command::new("apt-get");
+    command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+    run_to_success(command, &shown)
 }
 
-pub fn find_on_path(command: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|dir| dir.join(command))
-        .find(|candidate| candidate.is_file())
+/// Runs `command` (its output goes to ours) and fails, naming it as `shown`, unless it exits 0.
+pub fn run_to_success(mut command: Command, shown: &str) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("running {shown}"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
 }
 
 fn describe_valkey_version() -> String {
@@ -697,8 +686,8 @@ mod tests {
 
     #[test]
     fn finds_sh_on_path_and_not_a_made_up_command() {
-        assert!(find_on_path("sh").is_some());
-        assert!(find_on_path("vko-no-such-command").is_none());
+        assert!(find_command("sh").is_some());
+        assert!(find_command("vko-no-such-command").is_none());
     }
 
     #[test]

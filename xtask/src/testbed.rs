@@ -8,7 +8,6 @@
 //! `check-clean` lists such leftovers.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -242,23 +241,13 @@ fn start_supervisor(paths: &Paths) -> anyhow::Result<Duration> {
     };
     eprintln!(
         "{failure}; the supervisor's log ends with:\n{}",
-        tail(&mut log_reader, 40)
+        controlplane::file_tail(&mut log_reader, 40)
     );
     if let Err(error) = down() {
         eprintln!("cleaning up after the failed start: {error:#}");
     }
     let _ = child.try_wait();
     bail!("{failure}")
-}
-
-fn tail(file: &mut File, lines: usize) -> String {
-    let length = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
-    let _ = file.seek(SeekFrom::Start(length.saturating_sub(64 * 1024)));
-    let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// The pid of a live supervisor for this state directory, if any.

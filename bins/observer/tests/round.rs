@@ -198,12 +198,12 @@ async fn replicated_cluster_with_sentinel() {
         report.master.as_deref(),
         Some(format!("{HOST}:{}", master.port).as_str())
     );
+    let master_check = &report.checks[&Check::MasterUnreachable];
     assert!(
-        report.checks[&Check::MasterUnreachable]
+        master_check
             .detail
             .contains("named by 3 of 3 answering Sentinels"),
-        "{:?}",
-        report.checks[&Check::MasterUnreachable]
+        "{master_check:?}"
     );
 
     // The health key lives in db 15 only, with an expiry; db 0 holds exactly the user's key.
@@ -229,13 +229,8 @@ async fn replicated_cluster_with_sentinel() {
         BTreeSet::from([Check::WriteTestFailure, Check::ReadTestFailure]),
         "{report:#?}"
     );
-    assert!(
-        report.checks[&Check::WriteTestFailure]
-            .detail
-            .contains("timed out"),
-        "{:?}",
-        report.checks[&Check::WriteTestFailure]
-    );
+    let write_check = &report.checks[&Check::WriteTestFailure];
+    assert!(write_check.detail.contains("timed out"), "{write_check:?}");
     assert_eq!(
         report.checks[&Check::ReplicaReadTestFailure].status,
         Status::Skipped

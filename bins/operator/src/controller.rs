@@ -1430,33 +1430,34 @@ mod tests {
         assert_eq!(backoff(30), Duration::from_secs(300));
     }
 
-    fn valkey(mut value: serde_json::Value) -> Arc<Valkey> {
-        value["spec"]["image"] = "valkey/valkey:8.0".into();
-        Arc::new(serde_json::from_value(value).unwrap())
+    /// The `Valkey` `namespace/name` with `spec` (and the image every test uses).
+    fn valkey(namespace: &str, name: &str, mut spec: serde_json::Value) -> Arc<Valkey> {
+        spec["image"] = "valkey/valkey:8.0".into();
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }))
+            .unwrap(),
+        )
     }
 
     #[test]
     fn a_secret_event_maps_to_the_valkeys_that_reference_it() {
         let valkeys = vec![
+            valkey("ns", "a", serde_json::json!({"auth": {"secretName": "pw"}})),
             valkey(
-                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
-                "metadata": {"name": "a", "namespace": "ns"},
-                "spec": {"auth": {"secretName": "pw"}}}),
+                "ns",
+                "b",
+                serde_json::json!({"tls": {"enabled": true, "secretName": "pw"}}),
             ),
             valkey(
-                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
-                "metadata": {"name": "b", "namespace": "ns"},
-                "spec": {"tls": {"enabled": true, "secretName": "pw"}}}),
+                "other",
+                "c",
+                serde_json::json!({"auth": {"secretName": "pw"}}),
             ),
-            valkey(
-                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
-                "metadata": {"name": "c", "namespace": "other"},
-                "spec": {"auth": {"secretName": "pw"}}}),
-            ),
-            valkey(
-                serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
-                "metadata": {"name": "d", "namespace": "ns"}, "spec": {}}),
-            ),
+            valkey("ns", "d", serde_json::json!({})),
         ];
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "pw", "namespace": "ns"}}))
@@ -1479,11 +1480,7 @@ mod tests {
         }))
         .unwrap();
         let fetched = secrets::Fetched::from([("pw".to_owned(), Arc::new(secret))]);
-        let valkey = valkey(
-            serde_json::json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
-            "metadata": {"name": "a", "namespace": "ns"},
-            "spec": {"auth": {"secretName": "pw"}}}),
-        );
+        let valkey = valkey("ns", "a", serde_json::json!({"auth": {"secretName": "pw"}}));
         let names = Names::new("a", "ns", "cluster.local").unwrap();
         observe_secrets(&valkey, "ns", &names, &fetched).unwrap()
     }

@@ -196,22 +196,23 @@ mod tests {
 
     #[test]
     fn webhook_denials_are_told_apart_from_other_write_failures() {
-        let denied = api_error(
-            400,
-            "admission webhook \"deny.example.com\" denied the request: no",
-        );
-        assert_eq!(
-            Error::from_write("ConfigMap", "a-config", &denied).reason(),
-            ConditionReason::AdmissionWebhookDenied
-        );
-        let policy = api_error(
-            403,
-            "configmaps \"a\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request",
-        );
-        assert_eq!(
-            Error::from_write("ConfigMap", "a", &policy).reason(),
-            ConditionReason::AdmissionWebhookDenied
-        );
+        // A webhook's denial and a ValidatingAdmissionPolicy's.
+        for (code, message) in [
+            (
+                400,
+                "admission webhook \"deny.example.com\" denied the request: no",
+            ),
+            (
+                403,
+                "configmaps \"a\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request",
+            ),
+        ] {
+            assert_eq!(
+                Error::from_write("ConfigMap", "a-config", &api_error(code, message)).reason(),
+                ConditionReason::AdmissionWebhookDenied,
+                "{message}"
+            );
+        }
         let rbac = api_error(403, "configmaps is forbidden: User cannot patch");
         let error = Error::from_write("ConfigMap", "a", &rbac);
         assert_eq!(error.reason(), ConditionReason::WriteFailed);

@@ -87,11 +87,13 @@ mod tests {
 
     use super::*;
 
-    /// With the gate closed (an elected operator that never renewed, or one past its renew
-    /// deadline), a write fails in the process: the API server never sees a connection for it.
-    /// Reads still go out; the Lease client is not gated.
-    #[tokio::test]
-    async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
+    /// Clients (1 s to connect, `response` for a request) of a local "API server" that accepts
+    /// connections, holds them open and never answers; the count is of the connections it
+    /// accepted.
+    async fn clients_of_a_silent_api_server(
+        response: Duration,
+        leadership: Leadership,
+    ) -> (KubeClients, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
             .parse()
@@ -108,10 +110,23 @@ mod tests {
         let clients = KubeClients::with_deadlines(
             kube::Config::new(url),
             Duration::from_secs(1),
+            response,
+            leadership,
+        )
+        .unwrap();
+        (clients, connections)
+    }
+
+    /// With the gate closed (an elected operator that never renewed, or one past its renew
+    /// deadline), a write fails in the process: the API server never sees a connection for it.
+    /// Reads still go out; the Lease client is not gated.
+    #[tokio::test]
+    async fn a_closed_gate_refuses_writes_before_they_leave_the_process() {
+        let (clients, connections) = clients_of_a_silent_api_server(
             Duration::from_millis(200),
             Leadership::elected(Duration::from_secs(10)),
         )
-        .unwrap();
+        .await;
         let config_maps: Api<ConfigMap> = Api::namespaced(clients.request.clone(), "ns");
         let written = config_maps
             .create(&PostParams::default(), &ConfigMap::default())
@@ -151,23 +166,9 @@ mod tests {
     /// after its response deadline; the watch client (no deadline) is still waiting.
     #[tokio::test]
     async fn a_hung_api_server_fails_a_request_within_the_deadline() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        let clients = KubeClients::with_deadlines(
-            kube::Config::new(url),
-            Duration::from_secs(1),
-            Duration::from_millis(300),
-            Leadership::unconditional(),
-        )
-        .unwrap();
+        let (clients, _connections) =
+            clients_of_a_silent_api_server(Duration::from_millis(300), Leadership::unconditional())
+                .await;
 
         let started = Instant::now();
         let answer =

@@ -366,7 +366,7 @@ impl Elector {
 
     /// One look at the Lease: create it when missing, take it when [`takeover`] allows.
     async fn try_acquire(&self, observed: &mut Option<Observation>) -> Result<bool, kube::Error> {
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+        let Some(lease) = self.api.get_opt(LEASE_NAME).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(LEASE_NAME.to_owned()),
@@ -379,11 +379,7 @@ impl Elector {
                     Timestamp::now(),
                 )),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-                Err(error) => Err(error),
-            };
+            return won(self.api.create(&PostParams::default(), &lease).await);
         };
         let (verdict, seen) = takeover(
             observed.as_ref(),
@@ -397,22 +393,26 @@ impl Elector {
         if verdict == Takeover::Wait {
             return Ok(false);
         }
+        self.write_as_holder(lease, &previous).await
+    }
+
+    /// Writes `lease` back naming this candidate as holder after `previous`. Its resourceVersion
+    /// stays set: a concurrent writer makes this a 409 (`Ok(false)`), not a double lead.
+    async fn write_as_holder(
+        &self,
+        mut lease: Lease,
+        previous: &LeaseSpec,
+    ) -> Result<bool, kube::Error> {
         lease.spec = Some(holder_spec(
             &self.identity,
             self.timings.lease_duration_seconds(),
-            Some(&previous),
+            Some(previous),
             Timestamp::now(),
         ));
-        // resourceVersion stays set: a concurrent taker makes this a 409, not a double lead.
-        match self
+        won(self
             .api
             .replace(LEASE_NAME, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-            Err(error) => Err(error),
-        }
+            .await)
     }
 
     /// Waits until this candidate holds the Lease; the gate is open from then on (until
@@ -447,21 +447,7 @@ impl Elector {
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
             return Ok(false);
         }
-        lease.spec = Some(holder_spec(
-            &self.identity,
-            self.timings.lease_duration_seconds(),
-            Some(&spec),
-            Timestamp::now(),
-        ));
-        match self
-            .api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-            Err(error) => Err(error),
-        }
+        self.write_as_holder(lease, &spec).await
     }
 
     /// Renews every retry period until the Lease is lost; the gate is closed when it returns.
@@ -527,6 +513,16 @@ impl Elector {
             Err(_) => tracing::warn!("releasing the leader Lease took past the renew deadline"),
         }
         self.leadership.lose();
+    }
+}
+
+/// A Lease write's outcome: `true` when it went through, `false` when another writer got there
+/// first (409 Conflict: someone else's create or a newer resourceVersion).
+fn won(written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+    match written {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(error) => Err(error),
     }
 }
 
@@ -613,64 +609,30 @@ mod tests {
     fn a_holder_expires_only_after_the_record_stayed_unchanged_for_a_lease_duration() {
         let lease = 15 * SECOND;
         let t0 = Instant::now();
+        // Seconds after t0.
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let seen = |version: &str, since: Instant| Observation {
-            record: record(version, Some("other")),
-            since,
+        let by_other = |version: &str| record(version, Some("other"));
+        let seen = |version: &str, since: u64| Observation {
+            record: by_other(version),
+            since: at(since),
         };
         // (previous observation, current record, now, verdict, observation kept since)
         let cases = [
-            (None, record("1", None), at(0), Takeover::Take, at(0)),
-            (None, record("1", Some("")), at(0), Takeover::Take, at(0)),
-            (None, record("1", Some("me")), at(0), Takeover::Take, at(0)),
-            (
-                None,
-                record("1", Some("other")),
-                at(0),
-                Takeover::Wait,
-                at(0),
-            ),
-            (
-                Some(seen("1", at(0))),
-                record("1", Some("other")),
-                at(14),
-                Takeover::Wait,
-                at(0),
-            ),
-            (
-                Some(seen("1", at(0))),
-                record("1", Some("other")),
-                at(15),
-                Takeover::Take,
-                at(0),
-            ),
+            (None, record("1", None), 0, Takeover::Take, 0),
+            (None, record("1", Some("")), 0, Takeover::Take, 0),
+            (None, record("1", Some("me")), 0, Takeover::Take, 0),
+            (None, by_other("1"), 0, Takeover::Wait, 0),
+            (Some(seen("1", 0)), by_other("1"), 14, Takeover::Wait, 0),
+            (Some(seen("1", 0)), by_other("1"), 15, Takeover::Take, 0),
             // A renewal (new resourceVersion) restarts the candidate's clock.
-            (
-                Some(seen("1", at(0))),
-                record("2", Some("other")),
-                at(20),
-                Takeover::Wait,
-                at(20),
-            ),
-            (
-                Some(seen("2", at(20))),
-                record("2", Some("other")),
-                at(34),
-                Takeover::Wait,
-                at(20),
-            ),
-            (
-                Some(seen("2", at(20))),
-                record("2", Some("other")),
-                at(35),
-                Takeover::Take,
-                at(20),
-            ),
+            (Some(seen("1", 0)), by_other("2"), 20, Takeover::Wait, 20),
+            (Some(seen("2", 20)), by_other("2"), 34, Takeover::Wait, 20),
+            (Some(seen("2", 20)), by_other("2"), 35, Takeover::Take, 20),
         ];
         for (index, (previous, current, now, verdict, since)) in cases.into_iter().enumerate() {
-            let (got, observation) = takeover(previous.as_ref(), current, "me", now, lease);
+            let (got, observation) = takeover(previous.as_ref(), current, "me", at(now), lease);
             assert_eq!(got, verdict, "case {index}");
-            assert_eq!(observation.since, since, "case {index}");
+            assert_eq!(observation.since, at(since), "case {index}");
         }
     }
 

@@ -59,6 +59,25 @@ impl ObserverUnreadyWhenSpec {
     }
 }
 
+/// Container resources from `(resource, quantity)` pairs, as the defaults write them
+/// (`("cpu", "10m")`).
+pub fn resource_requirements(
+    requests: &[(&str, &str)],
+    limits: &[(&str, &str)],
+) -> ResourceRequirements {
+    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(resource, quantity)| ((*resource).to_owned(), Quantity((*quantity).to_owned())))
+            .collect()
+    };
+    ResourceRequirements {
+        requests: Some(quantities(requests)),
+        limits: Some(quantities(limits)),
+        ..ResourceRequirements::default()
+    }
+}
+
 /// `app.kubernetes.io/version` for an image reference: its tag, `""` for a digest-only
 /// reference, `latest` when it has neither.
 pub fn image_version(image: &str) -> &str {
@@ -398,20 +417,13 @@ impl ValkeySpec {
         if let Some(resources) = self.observer.as_ref().and_then(|o| o.resources.clone()) {
             return resources;
         }
-        let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-                .collect()
-        };
-        ResourceRequirements {
-            requests: Some(quantities(&[
+        resource_requirements(
+            &[
                 ("cpu", defaults::OBSERVER_CPU_REQUEST),
                 ("memory", defaults::OBSERVER_MEMORY_REQUEST),
-            ])),
-            limits: Some(quantities(&[("memory", defaults::OBSERVER_MEMORY_LIMIT)])),
-            ..ResourceRequirements::default()
-        }
+            ],
+            &[("memory", defaults::OBSERVER_MEMORY_LIMIT)],
+        )
     }
 
     /// Which observer check failures make it not-ready (all true by default).

@@ -13,7 +13,7 @@ mod status;
 
 pub use duration::parse_go_duration;
 pub use error::Error;
-pub use helpers::{ObserverUnreadyChecks, image_version};
+pub use helpers::{ObserverUnreadyChecks, image_version, resource_requirements};
 pub use password::{password_from_env_value, usable_password};
 pub use spec::{
     AntiAffinityMode, AntiAffinitySpec, AuthSpec, CertManagerSpec, IssuerKind, IssuerRef,

@@ -3,33 +3,30 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
     DownwardAPIVolumeFile, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, Lifecycle,
     LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
-    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
-    VolumeResourceRequirements, WeightedPodAffinityTerm,
+    PodAffinityTerm, PodAntiAffinity, ProjectedVolumeSource, SecretVolumeSource,
+    ServiceAccountTokenProjection, Volume, VolumeProjection, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use vko_api::AntiAffinityMode;
 
 use crate::conf::{DATA_DIR, TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY};
-use crate::hash::pod_spec_hash;
-use crate::labels::{
-    CONFIG_HASH_ANNOTATION, Component, POD_SPEC_HASH_ANNOTATION, merge_user_annotations,
-    merge_user_labels,
-};
+use crate::labels::Component;
 use crate::pod::{
-    ALIVE_SCRIPT, CLI_AUTH_ENV, EXPORTER_ADDR_ENV, PASSWORD_ENV, READY_SCRIPT, SIDECAR_BINARY,
-    TLS_HASH_ENV, Timing, cli_args, cluster_args, container_port, container_security_context,
-    env_field, env_value, http_probe, mount, operator_container_resources, password_env, paths,
-    pod_identity_env, pod_security_context, script_probe, tls_args,
+    ALIVE_SCRIPT, CLI_AUTH_ENV, EXPORTER_ADDR_ENV, PASSWORD_ENV, READY_SCRIPT, TLS_HASH_ENV,
+    Timing, cli_args, cluster_args, container_port, container_security_context, env_field,
+    env_value, http_probe, mount, operator_container_resources, password_env, paths,
+    pod_identity_env, script_probe, sidecar_binary_container, tls_args,
 };
+use crate::pod::{secret_scratch_volume, tls_mount};
 use crate::ports::{SIDECAR_HEALTH, names as port_names};
+use crate::tier::{self, PodMetadata, Tier};
 use crate::{Ctx, RenderError, TierHashes, TlsSecrets};
 
 /// uid/gid of the `valkey` user in the official images.
@@ -80,17 +77,13 @@ pub fn statefulset(
 ) -> Result<(StatefulSet, TierHashes), RenderError> {
     let spec = ctx.spec;
     let names = &ctx.names;
-    let selector = ctx.selector(Component::Valkey);
-
-    let pod_labels = merge_user_labels(
-        "spec.podLabels",
+    let metadata = PodMetadata::merge(
+        ctx,
+        Component::Valkey,
+        "spec",
         spec.pod_labels.as_ref(),
-        ctx.labels(Component::Valkey),
-    )?;
-    let pod_annotations = merge_user_annotations(
-        "spec.podAnnotations",
         spec.pod_annotations.as_ref(),
-        BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), config_hash.to_owned())]),
+        config_hash,
     )?;
 
     let mut containers = vec![
@@ -101,68 +94,24 @@ pub fn statefulset(
         containers.push(exporter_container(ctx, tls.is_some())?);
     }
 
-    let mut template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(pod_labels),
-            annotations: Some(pod_annotations),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(PodSpec {
-            service_account_name: Some(names.sidecar()),
-            // Only the sidecar gets a token (projected below); valkey, exporter and init hold
-            // none.
-            automount_service_account_token: Some(false),
-            enable_service_links: Some(false),
-            termination_grace_period_seconds: Some(DATA_TERMINATION_GRACE_SECONDS),
-            security_context: Some(pod_security_context(VALKEY_UID)),
-            affinity: spec
-                .needs_data_anti_affinity()
-                .then(|| anti_affinity(ctx, Component::Valkey)),
-            init_containers: Some(vec![init_container(ctx, tls.is_some())]),
-            containers,
-            volumes: Some(volumes(ctx, tls)),
-            ..PodSpec::default()
-        }),
+    let tier = Tier {
+        component: Component::Valkey,
+        statefulset_name: names.data_statefulset(),
+        replicas: spec.replicas(),
+        headless_service: names.headless_service(),
+        metadata,
+        // Only the sidecar gets a token (projected in `volumes`).
+        service_account: Some(names.sidecar()),
+        termination_grace_seconds: DATA_TERMINATION_GRACE_SECONDS,
+        anti_affinity: spec.needs_data_anti_affinity(),
+        init_container: init_container(ctx, tls.is_some()),
+        containers,
+        volumes: volumes(ctx, tls),
+        volume_claim_templates: spec
+            .persistence_enabled()
+            .then(|| vec![claim_template(ctx)]),
     };
-    let pod_spec = pod_spec_hash(&template)?;
-    if let Some(annotations) = template
-        .metadata
-        .as_mut()
-        .and_then(|m| m.annotations.as_mut())
-    {
-        annotations.insert(POD_SPEC_HASH_ANNOTATION.to_owned(), pod_spec.clone());
-    }
-
-    let statefulset = StatefulSet {
-        metadata: ctx.meta(names.data_statefulset(), ctx.labels(Component::Valkey)),
-        spec: Some(StatefulSetSpec {
-            replicas: Some(spec.replicas()),
-            service_name: Some(names.headless_service()),
-            pod_management_policy: Some("Parallel".to_owned()),
-            // The operator replaces pods itself, one at a time, failover-aware.
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("OnDelete".to_owned()),
-                rolling_update: None,
-            }),
-            selector: LabelSelector {
-                match_labels: Some(selector),
-                match_expressions: None,
-            },
-            template,
-            volume_claim_templates: spec
-                .persistence_enabled()
-                .then(|| vec![claim_template(ctx)]),
-            ..StatefulSetSpec::default()
-        }),
-        status: None,
-    };
-    Ok((
-        statefulset,
-        TierHashes {
-            config: config_hash.to_owned(),
-            pod_spec,
-        },
-    ))
+    tier::statefulset(ctx, tier, config_hash)
 }
 
 /// Required or preferred anti-affinity against the pods of the same component of the same
@@ -231,9 +180,7 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         // a dataset before it lets this pod boot as master.
         mount(volume::DATA, DATA_DIR, false),
     ];
-    if tls {
-        mounts.push(mount(volume::TLS, TLS_DIR, true));
-    }
+    mounts.extend(tls_mount(tls));
     if exporter_auth(ctx) {
         mounts.push(mount(
             volume::EXPORTER_AUTH,
@@ -241,17 +188,8 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
             false,
         ));
     }
-    Container {
-        name: "init".to_owned(),
-        image: Some(ctx.inputs.operator_image.clone()),
-        command: Some(vec![SIDECAR_BINARY.to_owned()]),
-        args: Some(args),
-        env: Some(env),
-        volume_mounts: Some(mounts),
-        resources: Some(operator_container_resources()),
-        security_context: Some(container_security_context()),
-        ..Container::default()
-    }
+    let resources = Some(operator_container_resources());
+    sidecar_binary_container(ctx, "init", args, env, mounts, resources)
 }
 
 fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
@@ -261,9 +199,7 @@ fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, true),
         mount(volume::DATA, DATA_DIR, false),
     ];
-    if tls {
-        mounts.push(mount(volume::TLS, TLS_DIR, true));
-    }
+    mounts.extend(tls_mount(tls));
     Container {
         name: "valkey".to_owned(),
         image: Some(ctx.spec.image.clone()),
@@ -353,17 +289,10 @@ fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) 
         // restarted valkey container does not boot as a stale master.
         mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, false),
     ];
-    if tls {
-        mounts.push(mount(volume::TLS, TLS_DIR, true));
-    }
+    mounts.extend(tls_mount(tls));
+    let resources = Some(operator_container_resources());
     Container {
-        name: "sidecar".to_owned(),
-        image: Some(ctx.inputs.operator_image.clone()),
-        command: Some(vec![SIDECAR_BINARY.to_owned()]),
-        args: Some(args),
         ports: Some(vec![container_port(port_names::HEALTH, SIDECAR_HEALTH)]),
-        env: Some(env),
-        resources: Some(operator_container_resources()),
         readiness_probe: Some(http_probe(
             "/readyz",
             SIDECAR_HEALTH,
@@ -384,9 +313,7 @@ fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) 
                 failure_threshold: 5,
             },
         )),
-        volume_mounts: Some(mounts),
-        security_context: Some(container_security_context()),
-        ..Container::default()
+        ..sidecar_binary_container(ctx, "sidecar", args, env, mounts, resources)
     }
 }
 
@@ -476,26 +403,12 @@ fn volumes(ctx: &Ctx<'_>, tls: Option<&TlsSecrets>) -> Vec<Volume> {
     let mut volumes = vec![
         config_map(volume::CONFIG, names.config_map(), false),
         config_map(volume::REPLICA_CONFIG, names.replica_config_map(), true),
-        Volume {
-            name: volume::ACTIVE_CONFIG.to_owned(),
-            // In memory: the effective config holds the password.
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: Some("Memory".to_owned()),
-                size_limit: Some(Quantity("1Mi".to_owned())),
-            }),
-            ..Volume::default()
-        },
+        // In memory: the effective config holds the password.
+        secret_scratch_volume(volume::ACTIVE_CONFIG),
     ];
     if exporter_auth(ctx) {
-        volumes.push(Volume {
-            name: volume::EXPORTER_AUTH.to_owned(),
-            // In memory: the exporter's password map holds the password.
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: Some("Memory".to_owned()),
-                size_limit: Some(Quantity("1Mi".to_owned())),
-            }),
-            ..Volume::default()
-        });
+        // In memory: the exporter's password map holds the password.
+        volumes.push(secret_scratch_volume(volume::EXPORTER_AUTH));
     }
     if !ctx.spec.persistence_enabled() {
         volumes.push(Volume {

@@ -38,6 +38,7 @@ mod objects;
 mod pod;
 mod ports;
 mod sentinel;
+mod tier;
 mod version;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -470,19 +471,13 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         &conf::render_valkey_conf(spec, Some(&canonical_master)),
     ]);
 
-    let mut config_maps = vec![objects::config_map(
-        &ctx,
-        ctx.names.config_map(),
-        Component::Valkey,
-        VALKEY_CONF_KEY,
-        master_conf,
-    )];
+    // The master and the replica config of the data tier, both under `valkey.conf`.
+    let data_config_map =
+        |name, text| objects::config_map(&ctx, name, Component::Valkey, VALKEY_CONF_KEY, text);
+    let mut config_maps = vec![data_config_map(ctx.names.config_map(), master_conf)];
     if spec.sentinel_enabled() || spec.replicas() > 1 {
-        config_maps.push(objects::config_map(
-            &ctx,
+        config_maps.push(data_config_map(
             ctx.names.replica_config_map(),
-            Component::Valkey,
-            VALKEY_CONF_KEY,
             replica_conf,
         ));
     }
@@ -498,18 +493,11 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         _ => data_tls_hash,
     };
 
-    let mut statefulsets = Vec::new();
+    // Each tier's StatefulSet, and whether its TLS material's fingerprint is still unknown.
+    let tls_hash_unknown = |hash: Option<&str>| tls.is_some() && hash.is_none();
     let (data_sts, data_hashes) =
         data::statefulset(&ctx, tls.as_ref(), data_tls_hash, &data_config_hash)?;
-    if tls.is_some() && data_tls_hash.is_none() {
-        skipped.push(Skipped {
-            kind: "StatefulSet",
-            name: ctx.names.data_statefulset(),
-            reason: SkipReason::TlsMaterialUnknown,
-        });
-    } else {
-        statefulsets.push(data_sts);
-    }
+    let mut tiers = vec![(data_sts, tls_hash_unknown(data_tls_hash))];
 
     let mut sentinel_hashes = None;
     if spec.sentinel_enabled() {
@@ -528,17 +516,10 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         ));
         let (sentinel_sts, hashes) =
             sentinel::statefulset(&ctx, tls.as_ref(), sentinel_tls_hash, &sentinel_config_hash)?;
-        if tls.is_some() && sentinel_tls_hash.is_none() {
-            skipped.push(Skipped {
-                kind: "StatefulSet",
-                name: ctx.names.sentinel_statefulset(),
-                reason: SkipReason::TlsMaterialUnknown,
-            });
-        } else {
-            statefulsets.push(sentinel_sts);
-        }
+        tiers.push((sentinel_sts, tls_hash_unknown(sentinel_tls_hash)));
         sentinel_hashes = Some(hashes);
     }
+    let statefulsets = hold_back_without_tls_hash(tiers, &mut skipped);
 
     let mut certificates = Vec::new();
     if spec.cert_manager().is_some() {
@@ -588,4 +569,26 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         },
         skipped,
     })
+}
+
+/// The tiers' StatefulSets to apply: a tier whose TLS material's fingerprint is not known yet
+/// (`true` next to it) is held back instead and reported in `skipped` as
+/// [`SkipReason::TlsMaterialUnknown`].
+fn hold_back_without_tls_hash(
+    tiers: Vec<(StatefulSet, bool)>,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<StatefulSet> {
+    let mut statefulsets = Vec::new();
+    for (statefulset, tls_hash_unknown) in tiers {
+        if tls_hash_unknown {
+            skipped.push(Skipped {
+                kind: "StatefulSet",
+                name: statefulset.metadata.name.unwrap_or_default(),
+                reason: SkipReason::TlsMaterialUnknown,
+            });
+        } else {
+            statefulsets.push(statefulset);
+        }
+    }
+    statefulsets
 }

@@ -457,6 +457,14 @@ pub fn service_monitor(ctx: &Ctx<'_>) -> Result<Value, RenderError> {
     }))
 }
 
+/// The observer's readiness and liveness probes: the same timing, on its one HTTP port.
+const OBSERVER_PROBE_TIMING: Timing = Timing {
+    initial_delay: 5,
+    period: 10,
+    timeout: 3,
+    failure_threshold: 3,
+};
+
 /// The observer Deployment and its ServiceAccount.
 pub fn observer(
     ctx: &Ctx<'_>,
@@ -559,22 +567,12 @@ pub fn observer(
         readiness_probe: Some(http_probe(
             "/readyz",
             port_numbers::OBSERVER,
-            Timing {
-                initial_delay: 5,
-                period: 10,
-                timeout: 3,
-                failure_threshold: 3,
-            },
+            OBSERVER_PROBE_TIMING,
         )),
         liveness_probe: Some(http_probe(
             "/healthz",
             port_numbers::OBSERVER,
-            Timing {
-                initial_delay: 5,
-                period: 10,
-                timeout: 3,
-                failure_threshold: 3,
-            },
+            OBSERVER_PROBE_TIMING,
         )),
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
         security_context: Some(container_security_context()),

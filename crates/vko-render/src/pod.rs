@@ -1,18 +1,16 @@
 //! Pieces shared by every generated pod: security contexts, env vars, probes, mounts, and the
 //! argument lists of the operator binaries (`vko-sidecar`, `vko-observer`).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
-    Capabilities, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
+    HTTPGetAction, ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::Ctx;
-use crate::conf::{TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE};
+use crate::conf::{TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE};
 
 /// Mount paths inside the generated pods (the contract with `vko-sidecar`).
 pub mod paths {
@@ -92,17 +90,10 @@ pub fn container_security_context() -> SecurityContext {
 /// Resources of the operator-image containers (sidecar, data init), so a namespace with a
 /// ResourceQuota admits the pod.
 pub fn operator_container_resources() -> ResourceRequirements {
-    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-            .collect()
-    };
-    ResourceRequirements {
-        requests: Some(quantities(&[("cpu", "10m"), ("memory", "32Mi")])),
-        limits: Some(quantities(&[("memory", "128Mi")])),
-        ..ResourceRequirements::default()
-    }
+    vko_api::resource_requirements(
+        &[("cpu", "10m"), ("memory", "32Mi")],
+        &[("memory", "128Mi")],
+    )
 }
 
 /// A literal env var.
@@ -162,6 +153,47 @@ pub fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
         read_only: read_only.then_some(true),
         ..VolumeMount::default()
     }
+}
+
+/// A container of the operator image that runs the sidecar binary (`init`, `sidecar`,
+/// `init-sentinel`): `args` picks the subcommand.
+pub fn sidecar_binary_container(
+    ctx: &Ctx<'_>,
+    name: &str,
+    args: Vec<String>,
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+    resources: Option<ResourceRequirements>,
+) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(ctx.inputs.operator_image.clone()),
+        command: Some(vec![SIDECAR_BINARY.to_owned()]),
+        args: Some(args),
+        env: Some(env),
+        resources,
+        volume_mounts: Some(mounts),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    }
+}
+
+/// A small in-memory `emptyDir` (1 MiB): for files that hold a password, which must never
+/// reach a node's disk.
+pub fn secret_scratch_volume(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".to_owned()),
+            size_limit: Some(Quantity("1Mi".to_owned())),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The TLS Secret's mount (read-only at `TLS_DIR`) when `tls`; both tiers' volume is `tls`.
+pub fn tls_mount(tls: bool) -> Option<VolumeMount> {
+    tls.then(|| mount("tls", TLS_DIR, true))
 }
 
 /// A TCP container port.

@@ -1,28 +1,18 @@
 //! The Sentinel StatefulSet `<name>-sentinel`: init container `init-sentinel`, container
 //! `sentinel`.
 
-use std::collections::BTreeMap;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, SecretVolumeSource, Volume};
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
-use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec,
-    SecretVolumeSource, Volume,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-
-use crate::conf::{SENTINEL_CONF_KEY, TLS_DIR};
-use crate::data::{VALKEY_UID, anti_affinity};
-use crate::hash::pod_spec_hash;
-use crate::labels::{
-    CONFIG_HASH_ANNOTATION, Component, POD_SPEC_HASH_ANNOTATION, merge_user_annotations,
-    merge_user_labels,
-};
+use crate::conf::SENTINEL_CONF_KEY;
+use crate::labels::Component;
 use crate::pod::{
-    CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, SIDECAR_BINARY, TLS_HASH_ENV, Timing, cli_args,
-    cluster_args, container_port, container_security_context, env_value, mount, password_env,
-    paths, pod_identity_env, pod_security_context, script_probe, tls_args,
+    CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, TLS_HASH_ENV, Timing, cli_args, cluster_args,
+    container_port, container_security_context, env_value, mount, password_env, paths,
+    pod_identity_env, script_probe, sidecar_binary_container, tls_args,
 };
+use crate::pod::{secret_scratch_volume, tls_mount};
+use crate::tier::{self, PodMetadata, Tier};
 use crate::{Ctx, RenderError, TierHashes, TlsSecrets};
 
 /// Sentinel keeps no state worth a handover; the Kubernetes default.
@@ -44,15 +34,13 @@ pub fn statefulset(
     let spec = ctx.spec;
     let names = &ctx.names;
     let sentinel_spec = spec.sentinel.as_ref();
-    let pod_labels = merge_user_labels(
-        "spec.sentinel.podLabels",
+    let metadata = PodMetadata::merge(
+        ctx,
+        Component::Sentinel,
+        "spec.sentinel",
         sentinel_spec.and_then(|s| s.pod_labels.as_ref()),
-        ctx.labels(Component::Sentinel),
-    )?;
-    let pod_annotations = merge_user_annotations(
-        "spec.sentinel.podAnnotations",
         sentinel_spec.and_then(|s| s.pod_annotations.as_ref()),
-        BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), config_hash.to_owned())]),
+        config_hash,
     )?;
 
     let mut volumes = vec![
@@ -64,16 +52,9 @@ pub fn statefulset(
             }),
             ..Volume::default()
         },
-        Volume {
-            // A directory, not a single-file mount: Sentinel rewrites its config by renaming
-            // a temporary file next to it. In memory, because it holds auth-pass.
-            name: volume::CONFIG.to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: Some("Memory".to_owned()),
-                size_limit: Some(Quantity("1Mi".to_owned())),
-            }),
-            ..Volume::default()
-        },
+        // A directory, not a single-file mount: Sentinel rewrites its config by renaming
+        // a temporary file next to it. In memory, because it holds auth-pass.
+        secret_scratch_volume(volume::CONFIG),
     ];
     if let Some(secrets) = tls {
         volumes.push(Volume {
@@ -91,66 +72,22 @@ pub fn statefulset(
         });
     }
 
-    let mut template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(pod_labels),
-            annotations: Some(pod_annotations),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(PodSpec {
-            // The namespace's default ServiceAccount without a token: Sentinel pods never talk
-            // to the API server.
-            automount_service_account_token: Some(false),
-            enable_service_links: Some(false),
-            termination_grace_period_seconds: Some(SENTINEL_TERMINATION_GRACE_SECONDS),
-            security_context: Some(pod_security_context(VALKEY_UID)),
-            affinity: spec
-                .needs_sentinel_anti_affinity()
-                .then(|| anti_affinity(ctx, Component::Sentinel)),
-            init_containers: Some(vec![init_container(ctx, tls.is_some())]),
-            containers: vec![sentinel_container(ctx, tls.is_some(), tls_material_hash)],
-            volumes: Some(volumes),
-            ..PodSpec::default()
-        }),
+    let tier = Tier {
+        component: Component::Sentinel,
+        statefulset_name: names.sentinel_statefulset(),
+        replicas: spec.sentinel_replicas(),
+        headless_service: names.sentinel_headless_service(),
+        metadata,
+        // Sentinel pods never talk to the API server.
+        service_account: None,
+        termination_grace_seconds: SENTINEL_TERMINATION_GRACE_SECONDS,
+        anti_affinity: spec.needs_sentinel_anti_affinity(),
+        init_container: init_container(ctx, tls.is_some()),
+        containers: vec![sentinel_container(ctx, tls.is_some(), tls_material_hash)],
+        volumes,
+        volume_claim_templates: None,
     };
-    let pod_spec = pod_spec_hash(&template)?;
-    if let Some(annotations) = template
-        .metadata
-        .as_mut()
-        .and_then(|m| m.annotations.as_mut())
-    {
-        annotations.insert(POD_SPEC_HASH_ANNOTATION.to_owned(), pod_spec.clone());
-    }
-
-    let statefulset = StatefulSet {
-        metadata: ctx.meta(
-            names.sentinel_statefulset(),
-            ctx.labels(Component::Sentinel),
-        ),
-        spec: Some(StatefulSetSpec {
-            replicas: Some(spec.sentinel_replicas()),
-            service_name: Some(names.sentinel_headless_service()),
-            pod_management_policy: Some("Parallel".to_owned()),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("OnDelete".to_owned()),
-                rolling_update: None,
-            }),
-            selector: LabelSelector {
-                match_labels: Some(ctx.selector(Component::Sentinel)),
-                match_expressions: None,
-            },
-            template,
-            ..StatefulSetSpec::default()
-        }),
-        status: None,
-    };
-    Ok((
-        statefulset,
-        TierHashes {
-            config: config_hash.to_owned(),
-            pod_spec,
-        },
-    ))
+    tier::statefulset(ctx, tier, config_hash)
 }
 
 fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
@@ -174,20 +111,9 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         mount(volume::TEMPLATE, paths::SENTINEL_TEMPLATE_DIR, true),
         mount(volume::CONFIG, paths::SENTINEL_CONFIG_DIR, false),
     ];
-    if tls {
-        mounts.push(mount(volume::TLS, TLS_DIR, true));
-    }
-    Container {
-        name: "init-sentinel".to_owned(),
-        image: Some(ctx.inputs.operator_image.clone()),
-        command: Some(vec![SIDECAR_BINARY.to_owned()]),
-        args: Some(args),
-        env: Some(env),
-        resources: ctx.spec.sentinel_resources().cloned(),
-        volume_mounts: Some(mounts),
-        security_context: Some(container_security_context()),
-        ..Container::default()
-    }
+    mounts.extend(tls_mount(tls));
+    let resources = ctx.spec.sentinel_resources().cloned();
+    sidecar_binary_container(ctx, "init-sentinel", args, env, mounts, resources)
 }
 
 fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) -> Container {
@@ -201,9 +127,7 @@ fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>)
         env.push(env_value(TLS_HASH_ENV, hash));
     }
     let mut mounts = vec![mount(volume::CONFIG, paths::SENTINEL_CONFIG_DIR, false)];
-    if tls {
-        mounts.push(mount(volume::TLS, TLS_DIR, true));
-    }
+    mounts.extend(tls_mount(tls));
     Container {
         name: "sentinel".to_owned(),
         image: Some(ctx.spec.image.clone()),

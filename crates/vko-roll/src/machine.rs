@@ -139,7 +139,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::PodSync,
                 Some(pod.name.clone()),
-                world.sync_timeout_ms,
                 format!("waiting for {} to become ready", pod.name),
             );
         }
@@ -150,7 +149,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::MasterUnknown,
                 None,
-                world.sync_timeout_ms,
                 self.master_unknown_message(),
             );
         };
@@ -165,7 +163,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::PodSync,
                 Some(pod.name.clone()),
-                world.sync_timeout_ms,
                 format!(
                     "waiting for {} to be an in-sync replica of {}",
                     pod.name, master.pod.name
@@ -230,7 +227,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::PodSync,
                 Some(pod.name.clone()),
-                world.sync_timeout_ms,
                 format!("waiting for {} to serve as master", pod.name),
             );
         }
@@ -405,7 +401,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::SentinelQuorum,
                 None,
-                world.sync_timeout_ms,
                 format!(
                     "waiting for {} Sentinels to agree on {} before the switchover ({} do)",
                     tier.quorum, master.pod.name, tier.view.agreeing
@@ -430,7 +425,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::SwitchoverCandidate,
                 Some(master.pod.name.clone()),
-                world.sync_timeout_ms,
                 format!(
                     "waiting for an updated, caught-up replica to take over from {}",
                     master.pod.name
@@ -615,7 +609,6 @@ impl<'a> Pass<'a> {
             return self.wait_for(
                 WaitReason::PodSync,
                 Some(pod.name.clone()),
-                world.sync_timeout_ms,
                 format!("waiting for {} to become ready", pod.name),
             );
         }
@@ -648,7 +641,6 @@ impl<'a> Pass<'a> {
                 return self.wait_for(
                     WaitReason::SentinelQuorum,
                     Some(pod.name.clone()),
-                    world.sync_timeout_ms,
                     format!(
                         "waiting before replacing {}: {ready} Sentinels ready, {} agree on the master, quorum {quorum}",
                         pod.name, tier.view.agreeing
@@ -980,18 +972,19 @@ impl<'a> Pass<'a> {
         self.decide(Action::DeletePod { tier, ordinal, pod }, phase, summary)
     }
 
-    /// A wait bounded by `bound_ms` from when this wait (same reason) began.
-    fn wait_for(
-        &mut self,
-        reason: WaitReason,
-        pod: Option<String>,
-        bound_ms: u64,
-        message: String,
-    ) -> Decision {
-        let since = match self.state.wait {
+    /// When the wait for `reason` began: the recorded one's start if it is the same wait, else now.
+    fn wait_began(&self, reason: WaitReason) -> Millis {
+        match self.state.wait {
             Some(record) if record.reason == reason => record.since,
             _ => self.now,
-        };
+        }
+    }
+
+    /// A wait bounded by the sync timeout (`spec.rollingUpdate.syncTimeout`, the bound of every
+    /// wait of a roll) from when this wait (same reason) began.
+    fn wait_for(&mut self, reason: WaitReason, pod: Option<String>, message: String) -> Decision {
+        let since = self.wait_began(reason);
+        let bound_ms = self.world.sync_timeout_ms;
         self.wait_until(reason, pod, since.plus(bound_ms.max(1)), message)
     }
 
@@ -1003,10 +996,7 @@ impl<'a> Pass<'a> {
         deadline: Millis,
         message: String,
     ) -> Decision {
-        let since = match self.state.wait {
-            Some(record) if record.reason == reason => record.since,
-            _ => self.now,
-        };
+        let since = self.wait_began(reason);
         if self.now >= deadline {
             let exit = reason.exit();
             let message = format!("gave up {message}");
@@ -1100,15 +1090,15 @@ impl<'a> Pass<'a> {
                 WriteWhen::IfTrue,
             );
         }
+        self.condition(
+            ConditionType::RollingUpdatePaused,
+            false,
+            ConditionReason::Converged,
+            "no rolling update left to run".into(),
+            WriteWhen::IfTrue,
+        );
         if let Some(message) = sidecar_deferred {
             let pod = self.world.data_pod(0).map(|pod| pod.name.clone());
-            self.condition(
-                ConditionType::RollingUpdatePaused,
-                false,
-                ConditionReason::Converged,
-                "no rolling update left to run".into(),
-                WriteWhen::IfTrue,
-            );
             return self.decide(
                 Action::Pause {
                     reason: PauseReason::SidecarUpdateDeferred,
@@ -1119,13 +1109,6 @@ impl<'a> Pass<'a> {
                 message,
             );
         }
-        self.condition(
-            ConditionType::RollingUpdatePaused,
-            false,
-            ConditionReason::Converged,
-            "no rolling update left to run".into(),
-            WriteWhen::IfTrue,
-        );
         self.clear_sidecar_pending();
         self.decide(
             Action::Idle,

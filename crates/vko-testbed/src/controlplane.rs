@@ -369,10 +369,15 @@ impl Component {
 
 /// The last `lines` lines of a log file (or a note that it cannot be read).
 pub fn log_tail(path: &Path, lines: usize) -> String {
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) => return format!("(cannot read {}: {error})", path.display()),
-    };
+    match std::fs::File::open(path) {
+        Ok(mut file) => file_tail(&mut file, lines),
+        Err(error) => format!("(cannot read {}: {error})", path.display()),
+    }
+}
+
+/// The last `lines` lines of an open file. Taking the open file lets a caller read a log that its
+/// writer may already have deleted (xtask keeps the supervisor's log open for that).
+pub fn file_tail(file: &mut std::fs::File, lines: usize) -> String {
     // Only the end matters; component logs can be large.
     let length = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
     let _ = file.seek(SeekFrom::Start(length.saturating_sub(64 * 1024)));
@@ -1180,7 +1185,9 @@ async fn wait_for_nodes(
     }
 }
 
-fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
+/// Ready and without the node lifecycle controller's not-ready taint: what a node must be before
+/// the testbed reports it up (its tests wait for the same).
+pub fn node_is_usable(node: &k8s_openapi::api::core::v1::Node) -> bool {
     let ready = node
         .status
         .as_ref()

@@ -33,4 +33,19 @@ impl Error {
         let what = what.into();
         move |source| Error::Io { what, source }
     }
+
+    /// `Ok` for a command that exited 0, else a `Command` error with its exit status and stderr.
+    pub fn unless_success(output: &std::process::Output, description: &str) -> Result<(), Error> {
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(Error::Command {
+            command: description.to_string(),
+            detail: format!(
+                "{}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        })
+    }
 }

@@ -148,26 +148,32 @@ impl Drop for TestNamespace {
         // The test's runtime may be shutting down (a panic unwinds through here), so the deletion
         // gets a thread, a runtime and a client of its own; it does not wait for the namespace to go.
         let name = self.name.clone();
-        let deleter = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(testbed) = Testbed::from_env().await {
-                    let namespaces: Api<Namespace> = Api::all(testbed.client());
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(10),
-                        namespaces.delete(&name, &DeleteParams::background()),
-                    )
-                    .await;
-                }
-            });
+        block_on_own_thread(async move {
+            if let Ok(testbed) = Testbed::from_env().await {
+                let namespaces: Api<Namespace> = Api::all(testbed.client());
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    namespaces.delete(&name, &DeleteParams::background()),
+                )
+                .await;
+            }
         });
-        let _ = deleter.join();
     }
+}
+
+/// Runs `work` to its end on a thread with a runtime of its own, for a `Drop` that cleans up: the
+/// test's runtime may be shutting down (a panic unwinds through the drop) and cannot be blocked on.
+pub fn block_on_own_thread(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    let worker = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(work);
+    });
+    let _ = worker.join();
 }
 
 /// `<prefix>-<5 hex digits>`, unique within this process and very likely across processes.
@@ -591,16 +597,7 @@ async fn run_output(mut command: tokio::process::Command, description: &str) -> 
             seconds: 60,
         })?
         .map_err(Error::io(format!("running {description}")))?;
-    if !output.status.success() {
-        return Err(Error::Command {
-            command: description.to_string(),
-            detail: format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        });
-    }
+    Error::unless_success(&output, description)?;
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 

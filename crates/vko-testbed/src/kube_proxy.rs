@@ -371,16 +371,7 @@ fn run(mut command: Command, description: &str, stdin: Option<&str>) -> Result<O
         stdout: collect(stdout),
         stderr: collect(stderr),
     };
-    if !output.status.success() {
-        return Err(Error::Command {
-            command: description.to_string(),
-            detail: format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        });
-    }
+    Error::unless_success(&output, description)?;
     Ok(output)
 }
 

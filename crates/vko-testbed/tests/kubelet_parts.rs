@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use vko_testbed::kubelet::{NodeSpec, dns, nodes, provisioner, volumes};
+use vko_testbed::{controlplane, harness};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -55,42 +56,41 @@ impl Drop for Cleanup {
             self.volumes.clone(),
         );
         // Drop runs inside the test's runtime; a separate thread may block on its own runtime.
-        let done = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+        harness::block_on_own_thread(async move {
+            let Ok(client) = Client::try_default().await else {
                 return;
             };
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                let background = DeleteParams::background();
-                for name in namespaces {
-                    let _ = Api::<Namespace>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                }
-                for name in nodes {
-                    let _ = Api::<Node>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-                    let _ = leases.delete(&name, &background).await;
-                }
-                for name in volumes {
-                    let _ = Api::<PersistentVolume>::all(client.clone())
-                        .delete(&name, &background)
-                        .await;
-                }
-            });
+            let background = DeleteParams::background();
+            for name in namespaces {
+                let _ = Api::<Namespace>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+            }
+            for name in nodes {
+                let _ = Api::<Node>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+                let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+                let _ = leases.delete(&name, &background).await;
+            }
+            for name in volumes {
+                let _ = Api::<PersistentVolume>::all(client.clone())
+                    .delete(&name, &background)
+                    .await;
+            }
         });
-        let _ = done.join();
         for dir in &self.dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// A client, the test's cleanup and a fresh namespace it deletes.
+async fn client_and_namespace() -> (Client, Cleanup, String) {
+    let client = client().await;
+    let mut cleanup = Cleanup::default();
+    let ns = namespace(&client, &mut cleanup).await;
+    (client, cleanup, ns)
 }
 
 fn temp_dir(cleanup: &mut Cleanup, name: &str) -> PathBuf {
@@ -186,24 +186,8 @@ async fn nodes_become_ready_lose_the_not_ready_taint_and_stopped_nodes_stop_rene
     for spec in &specs {
         let node = eventually("the node Ready without a not-ready taint", 60, || async {
             let node = node_api.get(&spec.name).await.ok()?;
-            let ready = node
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True");
-            let tainted = node
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.taints.as_ref())
-                .is_some_and(|taints| {
-                    taints
-                        .iter()
-                        .any(|taint| taint.key.starts_with("node.kubernetes.io/not-ready"))
-                });
             // The node lifecycle controller taints a node not-ready until it sees Ready=True.
-            (ready && !tainted).then_some(node)
+            controlplane::node_is_usable(&node).then_some(node)
         })
         .await;
         let labels = node.metadata.labels.unwrap();
@@ -377,9 +361,7 @@ async fn the_provisioner_binds_claims_and_deletes_released_volumes() {
 #[tokio::test]
 #[ignore = "needs a running API server and controller-manager (KUBECONFIG)"]
 async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
-    let client = client().await;
-    let mut cleanup = Cleanup::default();
-    let ns = namespace(&client, &mut cleanup).await;
+    let (client, mut cleanup, ns) = client_and_namespace().await;
     let _: ConfigMap = create(
         &client,
         &ns,
@@ -502,18 +484,26 @@ async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
     );
 
     // A missing ConfigMap names itself; an unbound claim says so.
-    let broken: Pod = create(
-        &client,
-        &ns,
-        json!({"metadata": {"name": "broken"},
-               "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
-                        "volumes": [{"name": "config", "configMap": {"name": "nope"}}]}}),
+    // Why a shell pod named `name` with one `volume` cannot be prepared.
+    let mut unpreparable = async |name: &str, volume: serde_json::Value| -> String {
+        let pod: Pod = create(
+            &client,
+            &ns,
+            json!({"metadata": {"name": name},
+                   "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
+                            "volumes": [volume]}}),
+        )
+        .await;
+        volumes::prepare(&client, &pod, &temp_dir(&mut cleanup, name))
+            .await
+            .unwrap_err()
+            .to_string()
+    };
+    let error = unpreparable(
+        "broken",
+        json!({"name": "config", "configMap": {"name": "nope"}}),
     )
     .await;
-    let error = volumes::prepare(&client, &broken, &temp_dir(&mut cleanup, "broken"))
-        .await
-        .unwrap_err()
-        .to_string();
     assert!(
         error.contains("configmap \"nope\" not found") && error.contains("\"config\""),
         "{error}"
@@ -526,18 +516,11 @@ async fn volumes_project_config_secrets_downward_api_and_a_working_token() {
                         "resources": {"requests": {"storage": "1Gi"}}}}),
     )
     .await;
-    let waiting: Pod = create(
-        &client,
-        &ns,
-        json!({"metadata": {"name": "waiting"},
-               "spec": {"containers": [{"name": "c", "image": "vko-testbed/shell:1"}],
-                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}}]}}),
+    let error = unpreparable(
+        "waiting",
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}}),
     )
     .await;
-    let error = volumes::prepare(&client, &waiting, &temp_dir(&mut cleanup, "waiting"))
-        .await
-        .unwrap_err()
-        .to_string();
     assert!(error.contains("\"unbound\" is not bound"), "{error}");
 
     volumes::cleanup(&pod_dir).await.unwrap();
@@ -560,9 +543,7 @@ fn read(path: &Path) -> String {
 #[tokio::test]
 #[ignore = "needs a running API server and controller-manager (KUBECONFIG)"]
 async fn hosts_files_follow_pods_and_services_in_place() {
-    let client = client().await;
-    let mut cleanup = Cleanup::default();
-    let ns = namespace(&client, &mut cleanup).await;
+    let (client, mut cleanup, ns) = client_and_namespace().await;
     let state_dir = temp_dir(&mut cleanup, "dns");
     let shutdown = CancellationToken::new();
     let dns = dns::Dns::start(

@@ -7,82 +7,19 @@ use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sched::{CloneFlags, setns};
 use vko_testbed::net::{BRIDGE, NETNS_PREFIX, Network, PodNet, gateway};
 
-// ---- fixture: the shared bridge, removed at the end only if these tests created it ----
+mod common;
+use common::{BridgeUse, any_testbed_netns, bridge_ports, link_exists, unique_uid};
 
-#[derive(Default)]
-struct BridgeUsers {
-    count: usize,
-    preexisted: Option<bool>,
-}
-
-static BRIDGE_USERS: Mutex<BridgeUsers> = Mutex::new(BridgeUsers {
-    count: 0,
-    preexisted: None,
-});
-
-struct BridgeUse {
-    network: Arc<Network>,
-}
-
-fn require_root() {
-    assert!(
-        nix::unistd::Uid::effective().is_root(),
-        "these tests need root (network namespaces, veths, a bridge): run them as root"
-    );
-}
+const NEEDS_ROOT_FOR: &str = "network namespaces, veths, a bridge";
 
 fn bridge() -> BridgeUse {
-    require_root();
-    let mut users = BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner());
-    if users.count == 0 {
-        users.preexisted = Some(link_exists(BRIDGE));
-    }
-    users.count += 1;
-    drop(users);
-    let network = Network::setup().unwrap_or_else(|error| {
-        BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner()).count -= 1;
-        panic!("Network::setup: {error}")
-    });
-    BridgeUse {
-        network: Arc::new(network),
-    }
-}
-
-/// The last user out removes the bridge (and the network's lock file) if these tests created it
-/// and nothing else uses it.
-fn release_bridge(network: &Network) {
-    let mut users = BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner());
-    users.count -= 1;
-    if users.count == 0
-        && users.preexisted == Some(false)
-        && bridge_ports().is_empty()
-        && !any_testbed_netns()
-    {
-        let _ = network.teardown();
-    }
-}
-
-impl Drop for BridgeUse {
-    fn drop(&mut self) {
-        release_bridge(&self.network);
-    }
-}
-
-fn any_testbed_netns() -> bool {
-    std::fs::read_dir("/run/netns")
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .any(|e| e.file_name().to_string_lossy().starts_with(NETNS_PREFIX))
-        })
-        .unwrap_or(false)
+    common::bridge(NEEDS_ROOT_FOR)
 }
 
 /// A pod attachment that is detached on drop (also when the test fails).
@@ -93,7 +30,7 @@ struct Pod {
 
 impl Pod {
     fn attach(bridge: &BridgeUse) -> Pod {
-        let uid = unique_uid();
+        let uid = unique_uid("feed");
         let net = bridge
             .network
             .attach_pod(&uid)
@@ -109,38 +46,6 @@ impl Drop for Pod {
     fn drop(&mut self) {
         let _ = self.network.detach_pod(&self.net);
     }
-}
-
-fn unique_uid() -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // "feed" marks test pods; pid, time and a counter keep runs and tests apart.
-    format!(
-        "feed{:04x}-{:04x}-4{:03x}-8000-000000000000",
-        std::process::id() & 0xffff,
-        nanos & 0xffff,
-        count & 0xfff
-    )
-}
-
-fn link_exists(name: &str) -> bool {
-    Command::new("ip")
-        .args(["link", "show", "dev", name])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn bridge_ports() -> String {
-    Command::new("ip")
-        .args(["-o", "link", "show", "master", BRIDGE])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
 }
 
 fn ip_output(args: &[&str]) -> String {
@@ -246,7 +151,7 @@ fn an_ip_still_attached_is_never_handed_out_again() {
     let first = Pod::attach(&bridge);
     // Another process's allocator (a fresh `Network`) must see the IPs in use too.
     let other_process = Network::setup().unwrap();
-    let second_net = other_process.attach_pod(&unique_uid()).unwrap();
+    let second_net = other_process.attach_pod(&unique_uid("feed")).unwrap();
     let second = Pod {
         network: bridge.network.clone(),
         net: second_net,
@@ -293,21 +198,14 @@ fn a_bad_pod_uid_is_refused() {
 fn teardown_removes_every_namespace_and_the_bridge() {
     // Teardown removes everything named vkotb-*: wait until the other tests of this file are done
     // and keep them out meanwhile, and only run it when no testbed uses the network.
-    require_root();
-    let _exclusive = loop {
-        let users = BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner());
-        if users.count == 0 {
-            break users;
-        }
-        drop(users);
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    common::require_root(NEEDS_ROOT_FOR);
+    let _exclusive = common::exclusive_bridge();
     if link_exists(BRIDGE) || any_testbed_netns() {
         eprintln!("skipped: a testbed network is in use on this machine; teardown would break it");
         return;
     }
     let network = Network::setup().unwrap();
-    let pod = network.attach_pod(&unique_uid());
+    let pod = network.attach_pod(&unique_uid("feed"));
     let torn_down = network.teardown();
     let pod = pod.unwrap();
     torn_down.unwrap();

@@ -9,97 +9,22 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use vko_testbed::net::{BRIDGE, NETNS_PREFIX, Network, PodNet};
+use vko_testbed::net::{Network, PodNet};
 use vko_testbed::runtime::{self, BindMount, Container, ContainerSpec, ExecOutput};
 
 const SHIM: &str = env!("CARGO_BIN_EXE_vko-testbed");
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-// ---- fixture: the shared bridge, removed at the end only if these tests created it ----
-
-struct BridgeUsers {
-    count: usize,
-    preexisted: Option<bool>,
-}
-
-static BRIDGE_USERS: Mutex<BridgeUsers> = Mutex::new(BridgeUsers {
-    count: 0,
-    preexisted: None,
-});
-
-struct BridgeUse {
-    network: Arc<Network>,
-}
+mod common;
+use common::{BridgeUse, unique_uid};
 
 fn bridge() -> BridgeUse {
-    assert!(
-        nix::unistd::Uid::effective().is_root(),
-        "these tests need root (network and mount namespaces): run them as root"
-    );
-    let mut users = BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner());
-    if users.count == 0 {
-        users.preexisted = Some(link_exists(BRIDGE));
-    }
-    users.count += 1;
-    drop(users);
-    let network = Network::setup().unwrap_or_else(|error| {
-        BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner()).count -= 1;
-        panic!("Network::setup: {error}")
-    });
-    BridgeUse {
-        network: Arc::new(network),
-    }
-}
-
-/// The last user out removes the bridge (and the network's lock file) if these tests created it
-/// and nothing else uses it.
-fn release_bridge(network: &Network) {
-    let mut users = BRIDGE_USERS.lock().unwrap_or_else(|e| e.into_inner());
-    users.count -= 1;
-    if users.count == 0
-        && users.preexisted == Some(false)
-        && bridge_ports().is_empty()
-        && !any_testbed_netns()
-    {
-        let _ = network.teardown();
-    }
-}
-
-impl Drop for BridgeUse {
-    fn drop(&mut self) {
-        release_bridge(&self.network);
-    }
-}
-
-fn any_testbed_netns() -> bool {
-    std::fs::read_dir("/run/netns")
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .any(|e| e.file_name().to_string_lossy().starts_with(NETNS_PREFIX))
-        })
-        .unwrap_or(false)
-}
-
-fn link_exists(name: &str) -> bool {
-    Command::new("ip")
-        .args(["link", "show", "dev", name])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn bridge_ports() -> String {
-    Command::new("ip")
-        .args(["-o", "link", "show", "master", BRIDGE])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    common::bridge("network and mount namespaces")
 }
 
 // ---- a pod: netns + a temp dir (hosts file, volumes, container scratch dirs, logs) ----
@@ -159,24 +84,10 @@ impl Drop for Pod {
     }
 }
 
-fn unique_uid() -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "beef{:04x}-{:04x}-4{:03x}-8000-000000000000",
-        std::process::id() & 0xffff,
-        nanos & 0xffff,
-        COUNTER.fetch_add(1, Ordering::Relaxed) & 0xfff
-    )
-}
-
 impl Pod {
     fn new(bridge: &BridgeUse, name: &str) -> Pod {
         let dir = TempDir::new(name);
-        let net = bridge.network.attach_pod(&unique_uid()).unwrap();
+        let net = bridge.network.attach_pod(&unique_uid("beef")).unwrap();
         let attachment = Attachment {
             network: bridge.network.clone(),
             net,
@@ -623,22 +534,16 @@ async fn exit_codes_signals_and_start_failures_are_reported() {
     let missing = pod.start(&pod.spec("missing", &["no-such-command-vko"]));
     let status = pod.containers[missing].wait().await.unwrap();
     assert_eq!(status.exit_code, 127);
-    assert!(
-        pod.log("missing").contains("not found"),
-        "{}",
-        pod.log("missing")
-    );
+    let log = pod.log("missing");
+    assert!(log.contains("not found"), "{log}");
 
     let mut bad_netns = pod.spec("bad-netns", &["true"]);
     bad_netns.netns = "vkotb-doesnotexist".into();
     let bad = pod.start(&bad_netns);
     let status = pod.containers[bad].wait().await.unwrap();
     assert_eq!(status.exit_code, 1);
-    assert!(
-        pod.log("bad-netns").contains("network namespace"),
-        "{}",
-        pod.log("bad-netns")
-    );
+    let log = pod.log("bad-netns");
+    assert!(log.contains("network namespace"), "{log}");
 
     // The environment is exactly the given one.
     let mut env_spec = pod.spec("env", &["sh", "-c", "env | sort"]);

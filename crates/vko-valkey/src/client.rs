@@ -303,6 +303,15 @@ impl Connection {
         }
     }
 
+    /// A command whose reply must be `OK`; `what` names it in the error.
+    async fn call_ok<I, S>(&self, parts: I, what: &str) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.call(args(parts)).await?.expect_ok(what)
+    }
+
     async fn call(&self, args: Vec<Value>) -> Result<Reply> {
         self.call_within(args, self.command_timeout).await
     }
@@ -458,32 +467,64 @@ pub struct ValkeyClient {
     conn: Connection,
 }
 
-impl fmt::Debug for ValkeyClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ValkeyClient")
-            .field("addr", &self.conn.addr)
-            .finish()
-    }
+/// What a Valkey and a Sentinel client have alike, on their one [`Connection`]: `Debug` (the
+/// address only), connect, addr, close, PING, ROLE and INFO.
+macro_rules! connection_client {
+    ($client:ident, $info_doc:literal) => {
+        impl fmt::Debug for $client {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($client))
+                    .field("addr", &self.conn.addr)
+                    .finish()
+            }
+        }
+
+        impl $client {
+            /// Connect (TCP, TLS, AUTH) within `connect_timeout`.
+            pub async fn connect(opts: &ConnectOptions) -> Result<$client> {
+                Ok($client {
+                    conn: Connection::open(opts).await?,
+                })
+            }
+
+            /// `host:port` this client talks to.
+            pub fn addr(&self) -> &str {
+                &self.conn.addr
+            }
+
+            /// Send QUIT and close the connection (dropping the client also closes it, without
+            /// QUIT).
+            pub async fn close(self) {
+                self.conn.close().await;
+            }
+
+            pub async fn ping(&self) -> Result<()> {
+                expect_pong(self.conn.call(args(["PING"])).await?)
+            }
+
+            pub async fn role(&self) -> Result<RoleReply> {
+                RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
+            }
+
+            #[doc = $info_doc]
+            pub async fn info(&self, section: &str) -> Result<Info> {
+                let text = self
+                    .conn
+                    .call(args(["INFO", section]))
+                    .await?
+                    .expect_text("INFO")?;
+                Ok(Info::parse(&text))
+            }
+        }
+    };
 }
 
+connection_client!(
+    ValkeyClient,
+    "`INFO <section>` split into sections (`\"default\"`, `\"all\"` or one section name)."
+);
+
 impl ValkeyClient {
-    /// Connect (TCP, TLS, AUTH) within `connect_timeout`.
-    pub async fn connect(opts: &ConnectOptions) -> Result<ValkeyClient> {
-        Ok(ValkeyClient {
-            conn: Connection::open(opts).await?,
-        })
-    }
-
-    /// `host:port` this client talks to.
-    pub fn addr(&self) -> &str {
-        &self.conn.addr
-    }
-
-    /// Send QUIT and close the connection (dropping the client also closes it, without QUIT).
-    pub async fn close(self) {
-        self.conn.close().await;
-    }
-
     /// Any command, for what the typed calls do not cover.
     pub async fn command<I, S>(&self, parts: I) -> Result<Reply>
     where
@@ -491,20 +532,6 @@ impl ValkeyClient {
         S: Into<String>,
     {
         self.conn.call(args(parts)).await
-    }
-
-    pub async fn ping(&self) -> Result<()> {
-        expect_pong(self.conn.call(args(["PING"])).await?)
-    }
-
-    /// `INFO <section>` split into sections (`"default"`, `"all"` or one section name).
-    pub async fn info(&self, section: &str) -> Result<Info> {
-        let text = self
-            .conn
-            .call(args(["INFO", section]))
-            .await?
-            .expect_text("INFO")?;
-        Ok(Info::parse(&text))
     }
 
     pub async fn info_replication(&self) -> Result<ReplicationInfo> {
@@ -523,52 +550,36 @@ impl ValkeyClient {
         KeyspaceInfo::from_info(&self.info("keyspace").await?)
     }
 
-    pub async fn role(&self) -> Result<RoleReply> {
-        RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
-    }
-
     /// `REPLICAOF host port`. Not a write: it runs while writes are paused.
     pub async fn replicaof(&self, host: &str, port: u16) -> Result<()> {
         self.conn
-            .call(args([
-                "REPLICAOF".to_owned(),
-                host.to_owned(),
-                port.to_string(),
-            ]))
-            .await?
-            .expect_ok("REPLICAOF")
+            .call_ok(
+                ["REPLICAOF".to_owned(), host.to_owned(), port.to_string()],
+                "REPLICAOF",
+            )
+            .await
     }
 
     /// `REPLICAOF NO ONE`: become a master.
     pub async fn replicaof_no_one(&self) -> Result<()> {
         self.conn
-            .call(args(["REPLICAOF", "NO", "ONE"]))
-            .await?
-            .expect_ok("REPLICAOF NO ONE")
+            .call_ok(["REPLICAOF", "NO", "ONE"], "REPLICAOF NO ONE")
+            .await
     }
 
     /// `FAILOVER TO host port TIMEOUT ms` (Valkey / Redis >= 6.2): the master pauses writes, waits for
     /// that replica (named by its announced address) to catch up, promotes it and demotes itself.
     /// Returns once the failover has started; watch `master_failover_state` / ROLE for the outcome.
     pub async fn failover_to(&self, host: &str, port: u16, timeout: Duration) -> Result<()> {
-        self.conn
-            .call(args([
-                "FAILOVER".to_owned(),
-                "TO".to_owned(),
-                host.to_owned(),
-                port.to_string(),
-                "TIMEOUT".to_owned(),
-                ms(timeout),
-            ]))
-            .await?
-            .expect_ok("FAILOVER")
+        let (port, timeout) = (port.to_string(), ms(timeout));
+        let call = ["FAILOVER", "TO", host, &port, "TIMEOUT", &timeout];
+        self.conn.call_ok(call, "FAILOVER").await
     }
 
     pub async fn failover_abort(&self) -> Result<()> {
         self.conn
-            .call(args(["FAILOVER", "ABORT"]))
-            .await?
-            .expect_ok("FAILOVER ABORT")
+            .call_ok(["FAILOVER", "ABORT"], "FAILOVER ABORT")
+            .await
     }
 
     /// `CONFIG GET pattern` as a map (empty when nothing matches).
@@ -597,9 +608,8 @@ impl ValkeyClient {
 
     pub async fn config_set(&self, parameter: &str, value: &str) -> Result<()> {
         self.conn
-            .call(args(["CONFIG", "SET", parameter, value]))
-            .await?
-            .expect_ok("CONFIG SET")
+            .call_ok(["CONFIG", "SET", parameter, value], "CONFIG SET")
+            .await
     }
 
     pub async fn dbsize(&self) -> Result<u64> {
@@ -622,22 +632,15 @@ impl ValkeyClient {
     /// `CLIENT PAUSE ms WRITE`: postpone writes (and PUBLISH) of all clients until the deadline or
     /// `client_unpause`. Reads, REPLICAOF, INFO and ROLE still run.
     pub async fn client_pause_write(&self, duration: Duration) -> Result<()> {
-        self.conn
-            .call(args([
-                "CLIENT".to_owned(),
-                "PAUSE".to_owned(),
-                ms(duration),
-                "WRITE".to_owned(),
-            ]))
-            .await?
-            .expect_ok("CLIENT PAUSE")
+        let duration = ms(duration);
+        let call = ["CLIENT", "PAUSE", &duration, "WRITE"];
+        self.conn.call_ok(call, "CLIENT PAUSE").await
     }
 
     pub async fn client_unpause(&self) -> Result<()> {
         self.conn
-            .call(args(["CLIENT", "UNPAUSE"]))
-            .await?
-            .expect_ok("CLIENT UNPAUSE")
+            .call_ok(["CLIENT", "UNPAUSE"], "CLIENT UNPAUSE")
+            .await
     }
 
     pub async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
@@ -665,9 +668,8 @@ impl ValkeyClient {
     /// so the selection holds for its whole life.
     pub async fn select(&self, db: u32) -> Result<()> {
         self.conn
-            .call(args(["SELECT".to_owned(), db.to_string()]))
-            .await?
-            .expect_ok("SELECT")
+            .call_ok(["SELECT".to_owned(), db.to_string()], "SELECT")
+            .await
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -685,13 +687,10 @@ pub struct SentinelClient {
     conn: Connection,
 }
 
-impl fmt::Debug for SentinelClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SentinelClient")
-            .field("addr", &self.conn.addr)
-            .finish()
-    }
-}
+connection_client!(
+    SentinelClient,
+    "`INFO <section>` of the Sentinel itself (`sentinel` lists each master's status and address)."
+);
 
 /// Sentinel says "No such master with that name" without the name; put it back.
 fn name_unknown_master(name: &str) -> impl Fn(Error) -> Error + '_ {
@@ -702,51 +701,25 @@ fn name_unknown_master(name: &str) -> impl Fn(Error) -> Error + '_ {
 }
 
 impl SentinelClient {
-    pub async fn connect(opts: &ConnectOptions) -> Result<SentinelClient> {
-        Ok(SentinelClient {
-            conn: Connection::open(opts).await?,
-        })
-    }
-
-    pub fn addr(&self) -> &str {
-        &self.conn.addr
-    }
-
-    pub async fn close(self) {
-        self.conn.close().await;
-    }
-
     async fn sentinel(&self, parts: &[&str]) -> Result<Reply> {
         let mut call = vec!["SENTINEL"];
         call.extend_from_slice(parts);
         self.conn.call(args(call)).await
     }
 
-    pub async fn ping(&self) -> Result<()> {
-        expect_pong(self.conn.call(args(["PING"])).await?)
-    }
-
-    pub async fn role(&self) -> Result<RoleReply> {
-        RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
-    }
-
-    /// `INFO <section>` of the Sentinel itself (`sentinel` lists each master's status and address).
-    pub async fn info(&self, section: &str) -> Result<Info> {
-        let text = self
-            .conn
-            .call(args(["INFO", section]))
-            .await?
-            .expect_text("INFO")?;
-        Ok(Info::parse(&text))
+    /// `SENTINEL <subcommand> name [more]` about one monitored master: an unknown name is
+    /// [`Error::UnknownMaster`] with that name.
+    async fn about_master(&self, subcommand: &str, name: &str, more: &[&str]) -> Result<Reply> {
+        let mut parts = vec![subcommand, name];
+        parts.extend_from_slice(more);
+        self.sentinel(&parts)
+            .await
+            .map_err(name_unknown_master(name))
     }
 
     /// `SENTINEL MASTER name`.
     pub async fn master(&self, name: &str) -> Result<SentinelMaster> {
-        let reply = self
-            .sentinel(&["MASTER", name])
-            .await
-            .map_err(name_unknown_master(name))?;
-        parse_sentinel_master(reply)
+        parse_sentinel_master(self.about_master("MASTER", name, &[]).await?)
     }
 
     /// `SENTINEL MASTERS`.
@@ -756,20 +729,12 @@ impl SentinelClient {
 
     /// `SENTINEL REPLICAS name`.
     pub async fn replicas(&self, name: &str) -> Result<Vec<SentinelReplica>> {
-        let reply = self
-            .sentinel(&["REPLICAS", name])
-            .await
-            .map_err(name_unknown_master(name))?;
-        parse_sentinel_replicas(reply)
+        parse_sentinel_replicas(self.about_master("REPLICAS", name, &[]).await?)
     }
 
     /// `SENTINEL SENTINELS name`: the other Sentinels monitoring `name`.
     pub async fn sentinels(&self, name: &str) -> Result<Vec<SentinelPeer>> {
-        let reply = self
-            .sentinel(&["SENTINELS", name])
-            .await
-            .map_err(name_unknown_master(name))?;
-        parse_sentinel_peers(reply)
+        parse_sentinel_peers(self.about_master("SENTINELS", name, &[]).await?)
     }
 
     /// `SENTINEL GET-MASTER-ADDR-BY-NAME name`; `None` when the name is not monitored.
@@ -780,9 +745,8 @@ impl SentinelClient {
     /// `SENTINEL FAILOVER name`: force a failover without asking the other Sentinels. Returns once
     /// it started; `NoGoodReplica` / `FailoverInProgress` when it cannot.
     pub async fn failover(&self, name: &str) -> Result<()> {
-        self.sentinel(&["FAILOVER", name])
-            .await
-            .map_err(name_unknown_master(name))?
+        self.about_master("FAILOVER", name, &[])
+            .await?
             .expect_ok("SENTINEL FAILOVER")
     }
 
@@ -803,9 +767,8 @@ impl SentinelClient {
 
     /// `SENTINEL SET name option value` (e.g. `down-after-milliseconds`, `quorum`).
     pub async fn set(&self, name: &str, option: &str, value: &str) -> Result<()> {
-        self.sentinel(&["SET", name, option, value])
-            .await
-            .map_err(name_unknown_master(name))?
+        self.about_master("SET", name, &[option, value])
+            .await?
             .expect_ok("SENTINEL SET")
     }
 }
@@ -856,44 +819,38 @@ mod tests {
     fn fred_errors_map_to_stable_reasons() {
         let timeout = Duration::from_secs(1);
         let cases = [
-            (FredError::new(FredErrorKind::Timeout, "x"), "Timeout"),
+            (FredErrorKind::Timeout, "x", "Timeout"),
             (
-                FredError::new(
-                    FredErrorKind::IO,
-                    "Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" }",
-                ),
+                FredErrorKind::IO,
+                "Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" }",
                 "ConnectionRefused",
             ),
+            (FredErrorKind::IO, "Kind(BrokenPipe)", "ConnectionFailed"),
             (
-                FredError::new(FredErrorKind::IO, "Kind(BrokenPipe)"),
+                FredErrorKind::Canceled,
+                "Connection closed unexpectedly.",
                 "ConnectionFailed",
             ),
             (
-                FredError::new(FredErrorKind::Canceled, "Connection closed unexpectedly."),
-                "ConnectionFailed",
-            ),
-            (
-                FredError::new(
-                    FredErrorKind::Auth,
-                    "WRONGPASS invalid username-password pair",
-                ),
+                FredErrorKind::Auth,
+                "WRONGPASS invalid username-password pair",
                 "AuthFailed",
             ),
             (
-                FredError::new(FredErrorKind::Unknown, "LOADING Valkey is loading"),
+                FredErrorKind::Unknown,
+                "LOADING Valkey is loading",
                 "Loading",
             ),
             (
-                FredError::new(FredErrorKind::InvalidArgument, "WRONGTYPE Operation"),
+                FredErrorKind::InvalidArgument,
+                "WRONGTYPE Operation",
                 "ServerError",
             ),
-            (FredError::new(FredErrorKind::Tls, "bad"), "Tls"),
-            (
-                FredError::new(FredErrorKind::Protocol, "Expected string."),
-                "ParseError",
-            ),
+            (FredErrorKind::Tls, "bad", "Tls"),
+            (FredErrorKind::Protocol, "Expected string.", "ParseError"),
         ];
-        for (error, reason) in cases {
+        for (kind, message, reason) in cases {
+            let error = FredError::new(kind, message);
             assert_eq!(
                 map_fred_error(&error, "h:1", false, "t", timeout).reason(),
                 reason,

@@ -8,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Server, eventually, free_port, temp_dir};
-use vko_valkey::parse::{LinkStatus, ReplicationRole, RoleReply, UpstreamState};
+use vko_valkey::parse::{
+    ConnectedReplica, LinkStatus, ReplicationInfo, ReplicationRole, RoleReply, UpstreamState,
+};
 use vko_valkey::{ConnectOptions, Error, Reply, ValkeyClient};
 
 #[tokio::test]
@@ -172,12 +174,7 @@ async fn auth_password_and_acl_user() {
 
 #[tokio::test]
 async fn replicaof_role_info_wait_and_readonly() {
-    let master = Server::start(&[]);
-    let replica = Server::start(&[]);
-    let m = master.client().await;
-    let r = replica.client().await;
-
-    r.replicaof("127.0.0.1", master.port).await.unwrap();
+    let (master, replica, m, r) = master_and_replica().await;
     let up = eventually("replica link up", Duration::from_secs(10), || async {
         let info = r.info_replication().await.ok()?;
         let up = info.upstream?;
@@ -201,17 +198,9 @@ async fn replicaof_role_info_wait_and_readonly() {
     assert_eq!(r.get("key").await.unwrap(), Some(b"value".to_vec()));
 
     let master_offset = m.info_replication().await.unwrap().master_repl_offset;
-    let info = eventually(
-        "replica acked the master's offset",
-        Duration::from_secs(5),
-        || async {
-            let info = m.info_replication().await.ok()?;
-            info.replicas
-                .iter()
-                .any(|replica| replica.offset >= master_offset)
-                .then_some(info)
-        },
-    )
+    let info = until_a_replica(&m, "replica acked the master's offset", 5, |replica| {
+        replica.offset >= master_offset
+    })
     .await;
     assert_eq!(info.connected_replicas, 1);
     assert_eq!(info.replicas[0].port, replica.port);
@@ -263,22 +252,10 @@ async fn client_pause_write_blocks_writes_until_unpause() {
 
 #[tokio::test]
 async fn failover_to_swaps_roles() {
-    let master = Server::start(&[]);
-    let replica = Server::start(&[]);
-    let m = master.client().await;
-    let r = replica.client().await;
-    r.replicaof("127.0.0.1", master.port).await.unwrap();
-    eventually(
-        "replica online on master",
-        Duration::from_secs(10),
-        || async {
-            let info = m.info_replication().await.ok()?;
-            info.replicas
-                .iter()
-                .any(|r| r.state == vko_valkey::parse::ReplicaSyncState::Online)
-                .then_some(())
-        },
-    )
+    let (_master, replica, m, r) = master_and_replica().await;
+    until_a_replica(&m, "replica online on master", 10, |replica| {
+        replica.state == vko_valkey::parse::ReplicaSyncState::Online
+    })
     .await;
     m.set("k", b"v").await.unwrap();
 
@@ -399,4 +376,30 @@ async fn loading_server_is_reported_as_loading() {
     let open = Server::start_in(copy("loading-open"), &slow_load);
     let err = ValkeyClient::connect(&open.opts()).await.unwrap_err();
     assert_eq!(err.reason(), "Loading", "{err}");
+}
+
+/// Two servers, the second told to replicate the first, with a client of each (the link may not
+/// be up yet).
+async fn master_and_replica() -> (Server, Server, ValkeyClient, ValkeyClient) {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    let m = master.client().await;
+    let r = replica.client().await;
+    r.replicaof("127.0.0.1", master.port).await.unwrap();
+    (master, replica, m, r)
+}
+
+/// The master's `INFO replication` once one of its connected replicas `matches` (within
+/// `seconds`).
+async fn until_a_replica(
+    master: &ValkeyClient,
+    what: &str,
+    seconds: u64,
+    matches: impl Fn(&ConnectedReplica) -> bool,
+) -> ReplicationInfo {
+    eventually(what, Duration::from_secs(seconds), || async {
+        let info = master.info_replication().await.ok()?;
+        info.replicas.iter().any(&matches).then_some(info)
+    })
+    .await
 }

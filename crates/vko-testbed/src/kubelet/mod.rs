@@ -131,16 +131,15 @@ pub async fn run(
         config.cluster_domain.clone(),
         helpers.clone(),
     );
-    let result = pods::run(
+    let kubelet = pods::Kubelet {
         client,
         config,
         network,
         dns,
         running,
         stopped,
-        shutdown.clone(),
-    )
-    .await;
+    };
+    let result = pods::run(kubelet, shutdown.clone()).await;
     helpers.cancel();
     // The thread ends right after `helpers` is cancelled; join it off the runtime's threads.
     let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;

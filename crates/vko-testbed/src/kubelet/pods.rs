@@ -70,35 +70,26 @@ const STATUS_RESYNC: Duration = Duration::from_secs(10);
 const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// What every pod worker shares.
-struct Kubelet {
-    client: kube::Client,
-    config: KubeletConfig,
-    network: Arc<Network>,
-    dns: Arc<Dns>,
-    running: RunningContainers,
+pub(super) struct Kubelet {
+    pub(super) client: kube::Client,
+    pub(super) config: KubeletConfig,
+    pub(super) network: Arc<Network>,
+    pub(super) dns: Arc<Dns>,
+    pub(super) running: RunningContainers,
     /// A stopped node's pods neither restart containers nor report status (its kubelet is "down").
-    stopped: StoppedNodes,
+    pub(super) stopped: StoppedNodes,
 }
 
 /// Runs every pod bound to one of our nodes until `shutdown`, then stops them all and returns.
-pub async fn run(
-    client: kube::Client,
-    config: KubeletConfig,
-    network: Arc<Network>,
-    dns: Arc<Dns>,
-    running: RunningContainers,
-    stopped: StoppedNodes,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    let our_nodes: HashSet<String> = config.nodes.iter().map(|node| node.name.clone()).collect();
-    let kubelet = Arc::new(Kubelet {
-        client: client.clone(),
-        config,
-        network,
-        dns,
-        running,
-        stopped,
-    });
+pub(super) async fn run(kubelet: Kubelet, shutdown: CancellationToken) -> Result<()> {
+    let our_nodes: HashSet<String> = kubelet
+        .config
+        .nodes
+        .iter()
+        .map(|node| node.name.clone())
+        .collect();
+    let client = kubelet.client.clone();
+    let kubelet = Arc::new(kubelet);
     // Cancelled when we return, whatever the reason, so every worker stops with us.
     let workers_token = shutdown.child_token();
     // Bound pods only; the nodes are filtered here (a field selector takes one value).
@@ -855,22 +846,19 @@ impl PodWorker {
 
         // The Secrets and ConfigMaps the environment refers to.
         let references = env::references(container);
-        let mut secrets = BTreeMap::new();
-        for name in references.secrets {
-            let found = self
-                .env_objects
-                .secret(&self.kubelet.client, &self.key.namespace, &name)
-                .await;
-            secrets.insert(name, found.map_err(config_error)?);
-        }
-        let mut config_maps = BTreeMap::new();
-        for name in references.config_maps {
-            let found = self
-                .env_objects
-                .config_map(&self.kubelet.client, &self.key.namespace, &name)
-                .await;
-            config_maps.insert(name, found.map_err(config_error)?);
-        }
+        let objects = &self.env_objects;
+        let (client, namespace) = (&self.kubelet.client, self.key.namespace.as_str());
+        let secrets = EnvObjects::read_all(&objects.secrets, client, namespace, references.secrets)
+            .await
+            .map_err(config_error)?;
+        let config_maps = EnvObjects::read_all(
+            &objects.config_maps,
+            client,
+            namespace,
+            references.config_maps,
+        )
+        .await
+        .map_err(config_error)?;
         let latest_pod = self
             .latest
             .borrow()
@@ -892,18 +880,14 @@ impl PodWorker {
         let resolved =
             env::resolve(container, &ctx).map_err(|ConfigError(message)| config_error(message))?;
 
-        let command: Vec<String> = container
-            .command
-            .iter()
-            .flatten()
-            .map(|part| resolved.expand(part))
-            .collect();
-        let args: Vec<String> = container
-            .args
-            .iter()
-            .flatten()
-            .map(|part| resolved.expand(part))
-            .collect();
+        let expand_all = |parts: &Option<Vec<String>>| -> Vec<String> {
+            parts
+                .iter()
+                .flatten()
+                .map(|part| resolved.expand(part))
+                .collect()
+        };
+        let (command, args) = (expand_all(&container.command), expand_all(&container.args));
         let argv = images::container_argv(&mapping, &command, &args);
         if argv.is_empty() {
             return Err(config_error("no command specified".into()));
@@ -1393,29 +1377,28 @@ struct EnvObjects {
 }
 
 impl EnvObjects {
-    async fn secret(
-        &self,
+    /// Each of `names` (a Secret or a ConfigMap, by the cache's type) read now, or as last read
+    /// when the API server does not answer; fails on the first that was never read.
+    async fn read_all<K>(
+        cache: &Mutex<BTreeMap<String, Option<K>>>,
         client: &kube::Client,
         namespace: &str,
-        name: &str,
-    ) -> Result<Option<Secret>, String> {
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        Self::read(&self.secrets, api.get_opt(name).await, name, "secret")
-    }
-
-    async fn config_map(
-        &self,
-        client: &kube::Client,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<ConfigMap>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        Self::read(
-            &self.config_maps,
-            api.get_opt(name).await,
-            name,
-            "configmap",
-        )
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<BTreeMap<String, Option<K>>, String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), namespace);
+        let kind = K::kind(&()).to_lowercase();
+        let mut found = BTreeMap::new();
+        for name in names {
+            let object = Self::read(cache, api.get_opt(&name).await, &name, &kind)?;
+            found.insert(name, object);
+        }
+        Ok(found)
     }
 
     fn read<T: Clone>(

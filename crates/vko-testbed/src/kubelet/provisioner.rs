@@ -516,25 +516,21 @@ mod tests {
             .unwrap()
             .persistent_volume_reclaim_policy = Some("Retain".into());
         assert_eq!(released_volume_dir(&retained, root), None);
-        let mut escaping = pv.clone();
-        escaping
-            .spec
-            .as_mut()
-            .unwrap()
-            .host_path
-            .as_mut()
-            .unwrap()
-            .path = "/etc".into();
+        let with_host_path = |path: &str| {
+            let mut moved = pv.clone();
+            moved
+                .spec
+                .as_mut()
+                .unwrap()
+                .host_path
+                .as_mut()
+                .unwrap()
+                .path = path.into();
+            moved
+        };
+        let escaping = with_host_path("/etc");
         assert_eq!(released_volume_dir(&escaping, root), None);
-        let mut nested = pv;
-        nested
-            .spec
-            .as_mut()
-            .unwrap()
-            .host_path
-            .as_mut()
-            .unwrap()
-            .path = "/run/tb/volumes/../../etc".into();
+        let nested = with_host_path("/run/tb/volumes/../../etc");
         assert_eq!(released_volume_dir(&nested, root), None);
     }
 }

@@ -75,10 +75,7 @@ impl Server {
     }
 
     pub fn opts(&self) -> ConnectOptions {
-        let mut opts = ConnectOptions::new("127.0.0.1", self.port);
-        opts.connect_timeout = Duration::from_secs(2);
-        opts.command_timeout = Duration::from_secs(2);
-        opts
+        local_opts(self.port)
     }
 
     pub async fn client(&self) -> ValkeyClient {
@@ -112,13 +109,18 @@ impl Sentinel {
     }
 
     pub fn opts(&self) -> ConnectOptions {
-        let mut opts = ConnectOptions::new("127.0.0.1", self.port);
-        opts.connect_timeout = Duration::from_secs(2);
-        opts.command_timeout = Duration::from_secs(2);
-        opts
+        local_opts(self.port)
     }
 
     pub async fn client(&self) -> SentinelClient {
         SentinelClient::connect(&self.opts()).await.unwrap()
     }
+}
+
+/// How the tests reach a local server: 127.0.0.1, two seconds to connect and per command.
+pub fn local_opts(port: u16) -> ConnectOptions {
+    let mut opts = ConnectOptions::new("127.0.0.1", port);
+    opts.connect_timeout = Duration::from_secs(2);
+    opts.command_timeout = Duration::from_secs(2);
+    opts
 }
