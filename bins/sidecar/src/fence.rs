@@ -147,6 +147,8 @@ struct Fencer {
     last_proven: Option<Duration>,
     /// Logged once per change of what the Sentinels say.
     last_view: Option<String>,
+    /// The local role seen by the last round that reached the server.
+    was_master: Option<bool>,
 }
 
 /// The fencer, forever (only with Sentinel).
@@ -164,6 +166,7 @@ pub async fn fence_loop(node: Arc<Node>, state: Arc<FenceState>, settings: Fence
         local: None,
         last_proven: None,
         last_view: None,
+        was_master: None,
     };
     loop {
         fencer.round().await;
@@ -216,6 +219,15 @@ impl Fencer {
             // A server that does not answer acknowledges nothing either; its last proof ages.
             return;
         };
+        if is_master && self.was_master == Some(false) {
+            // A replica became master: Sentinel's failover leader (elected by a majority),
+            // the handover's SENTINEL FAILOVER, or the hold's exit on the majority's word
+            // promoted it just now. That is the proof; the other Sentinels learn the new
+            // master from the leader's hello within a few seconds, inside F or soon after.
+            tracing::info!("local server promoted to master; its authority counts as proven now");
+            self.last_proven = Some(started);
+        }
+        self.was_master = Some(is_master);
         // Decide once before asking: a round that starts at the deadline fences at once, and a
         // replica is unfenced at once. A master never proven is first asked (a sidecar start
         // must not pause a master the Sentinels name).
