@@ -13,7 +13,7 @@ use vko_e2e::{fence_support, ha_support, operator_support};
 
 use std::time::{Duration, Instant};
 
-use fence_support::{AckWriter, Sampler, pod_netns};
+use fence_support::{AckWriter, Sampler, pod_netns, sidecar_log_lines};
 use ha_support::{
     Pods, dump_container_logs, endpoint_pods, info, info_field, missing_keys, sentinel_master_host,
 };
@@ -234,6 +234,29 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
         samples.max_rw_endpoints,
         samples.max_rw_endpoints_pods,
     );
+    // What the old master's fencer logged (its fence, its demotion, its unfence), and whether the
+    // operator reported MasterFenced.
+    for line in sidecar_log_lines(
+        &client,
+        &ns,
+        &old_master,
+        &["FENCED", "UNFENCED", "demoted itself", "fenced annotation"],
+    )
+    .await
+    {
+        eprintln!("{old_master} sidecar: {line}");
+    }
+    let fenced_events: Vec<String> = operator_support::events_about(&client, &ns, NAME, "Warning")
+        .await
+        .into_iter()
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Authority"))
+        })
+        .map(|e| e.note.unwrap_or_default())
+        .collect();
+    eprintln!("MasterFenced Warning Events: {fenced_events:?}");
     if lost_before_cut > 0 || last_lost.is_some_and(|at| at > F + POLL + SLACK) {
         dump_container_logs(&client, &ns, 60).await;
     }

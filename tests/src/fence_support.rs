@@ -295,3 +295,40 @@ impl Sampler {
         self.task.await.unwrap_or_default()
     }
 }
+
+/// The lines of `pod`'s `sidecar` container logs (from the testbed's state directory) that contain
+/// any of `needles`: what the fencer itself logged.
+pub async fn sidecar_log_lines(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    needles: &[&str],
+) -> Vec<String> {
+    let state = std::env::var("VKO_TESTBED_DIR").unwrap_or_else(|_| "/run/vko-testbed".into());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let Ok(found) = pods.get(pod).await else {
+        return Vec::new();
+    };
+    let uid = found.metadata.uid.unwrap_or_default();
+    let dir = std::path::Path::new(&state)
+        .join("pods")
+        .join(uid)
+        .join("logs")
+        .join("sidecar");
+    let Ok(attempts) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<_> = attempts.flatten().map(|e| e.path()).collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|file| {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .filter(|line| needles.iter().any(|n| line.contains(n)))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
