@@ -52,7 +52,9 @@ impl Default for FenceSettings {
         FenceSettings {
             fence_after: vko_authority::DEFAULT_FENCE_AFTER,
             poll: Duration::from_millis(250),
-            ask_timeout: Duration::from_millis(400),
+            // Three TLS handshakes on a busy 2-core node can take hundreds of milliseconds; the
+            // budget shrinks to what is left before the deadline, so a long one is never late.
+            ask_timeout: Duration::from_secs(1),
             pause: Duration::from_secs(5),
         }
     }
