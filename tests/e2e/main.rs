@@ -22,6 +22,7 @@ mod helm_uninstall_crd;
 mod operator_apiserver_restart;
 mod operator_auth_persistence;
 mod operator_failover;
+mod operator_fencing;
 mod operator_ha;
 mod operator_leader;
 mod operator_metrics;

@@ -3,6 +3,10 @@
 //! testbed. Behind the `e2e` feature like the binary, so plain `cargo test --workspace` builds none
 //! of it.
 
+/// The fencing tests' writers (inside a pod's network namespace, through a Service) and the
+/// master-label sampler.
+#[cfg(feature = "e2e")]
+pub mod fence_support;
 /// A minimal RESP client, pod-IP resolution and the writers of the Sentinel HA tests.
 #[cfg(feature = "e2e")]
 pub mod ha_support;

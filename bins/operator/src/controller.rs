@@ -1045,6 +1045,13 @@ fn snapshot(
             pods.sort_by_key(|pod| pod.metadata.name.as_deref());
             status::pods::pod_problems(pods, &Time(Timestamp::now()))
         },
+        fenced_pods: status::pods::fenced_pods(
+            observed
+                .data_pods
+                .values()
+                .map(|pod| pod.as_ref())
+                .filter(|pod| pod.metadata.deletion_timestamp.is_none()),
+        ),
         labeled_masters: observed
             .data_pods
             .iter()
@@ -1120,8 +1127,9 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         write_status(&pass.ctx.client, namespace, name, &next).await?;
         let advisories = status::advisory_events(current, &snapshot.advisories);
         let pods = status::pod_problem_events(current, &snapshot.pod_problems);
+        let fenced = status::fenced_events(current, &snapshot.fenced_pods);
         let events = status::transition_events(current, &next).into_iter();
-        for event in events.chain(advisories).chain(pods) {
+        for event in events.chain(advisories).chain(pods).chain(fenced) {
             publish(pass.ctx, pass.valkey, event).await;
         }
         return Ok(true);

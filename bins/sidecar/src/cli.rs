@@ -123,6 +123,10 @@ pub struct RunArgs {
     /// Upper bound of the write pause during a handover, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub handover_pause_ms: u64,
+    /// F (ADR 0019): with Sentinel, a master the Sentinel majority has not named for this long
+    /// pauses its writes. Must stay below Sentinel's down-after.
+    #[arg(long, default_value_t = vko_authority::DEFAULT_FENCE_AFTER.as_millis() as u64)]
+    pub fence_after_ms: u64,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -211,6 +215,13 @@ impl PodApi for NoPodApi {
     ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }
+    fn set_fenced_annotation<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
+    }
 }
 
 pub async fn run_init(args: InitArgs) -> Result<()> {
@@ -284,7 +295,11 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
         pause: Duration::from_millis(args.handover_pause_ms),
         ..HandoverSettings::default()
     };
-    let shared = crate::run::Shared::new(Arc::new(node), settings);
+    let fence_settings = crate::fence::FenceSettings {
+        fence_after: crate::fence::check_fence_after(Duration::from_millis(args.fence_after_ms))?,
+        ..crate::fence::FenceSettings::default()
+    };
+    let shared = crate::run::Shared::with_fence_settings(Arc::new(node), settings, fence_settings);
     crate::run::run(shared, args.health_port).await
 }
 

@@ -36,6 +36,16 @@ pub fn sentinel_master(answers: &[Option<SentinelAnswer>], discovered: usize) ->
     vko_authority::sentinel_majority(Electorate::new(0, discovered), votes(answers))
 }
 
+/// ADR 0019: does this round of answers prove `me`'s authority (a strict majority of every
+/// Sentinel the cluster has names `me`)? Same electorate as [`sentinel_master`].
+pub fn proves_authority(
+    me: &Endpoint,
+    answers: &[Option<SentinelAnswer>],
+    discovered: usize,
+) -> bool {
+    vko_authority::proves_authority(me, Electorate::new(0, discovered), votes(answers))
+}
+
 /// `sentinel-init`: where a (re)starting Sentinel points its monitor. The master a majority of
 /// the Sentinels names (`discovered` counts this one too); without one, the answer with the
 /// newest config epoch (the latest failover wins); `None` when nobody answered (then the

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod conf;
 pub mod decide;
 pub mod error;
+pub mod fence;
 pub mod handover;
 pub mod init;
 pub mod node;

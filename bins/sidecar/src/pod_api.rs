@@ -1,5 +1,6 @@
 //! The sidecar's two Kubernetes calls, behind a trait so the logic is tested without an API
-//! server. Its Role allows exactly these: `get` and `patch` on this cluster's data pods.
+//! server. Its Role allows exactly these: `get` and `patch` on this cluster's data pods (the
+//! `instanceRole` label, the `vko.gtrfc.com/fenced` annotation).
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
@@ -17,6 +18,12 @@ pub trait PodApi: Send + Sync {
     fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>>;
     /// The `vko.gtrfc.com/instanceRole` label `pod` carries now.
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>>;
+    /// Merge-patch `vko.gtrfc.com/fenced` on `pod` (`None` removes it).
+    fn set_fenced_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>>;
 }
 
 /// The real API, in-cluster credentials (the projected token).
@@ -66,6 +73,23 @@ impl PodApi for KubePodApi {
 
     fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move { Ok(self.get(pod).await?.metadata.deletion_timestamp.is_some()) })
+    }
+
+    fn set_fenced_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let patch = serde_json::json!({
+                "metadata": { "annotations": { vko_api::consts::annotations::FENCED: value } }
+            });
+            self.pods
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| SidecarError::Kube(format!("patch pod {pod}: {e}")))
+        })
     }
 
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>> {

@@ -16,6 +16,7 @@ use vko_valkey::ValkeyClient;
 
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
+use crate::fence::{FenceSettings, FenceState, fence_loop};
 use crate::handover::{HandoverOutcome, HandoverSettings, handover};
 use crate::node::Node;
 use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
@@ -60,10 +61,18 @@ pub struct Keeper {
     /// The master Sentinel named at the last replica check when it was not this replica's
     /// upstream.
     replica_mismatch: Option<Endpoint>,
+    /// The fencer's state (ADR 0019): a fenced master is labelled replica and annotated.
+    fence: Arc<FenceState>,
+    /// The `vko.gtrfc.com/fenced` annotation last written (`Some(None)`: written absent).
+    last_fence_annotation: Option<Option<String>>,
 }
 
 impl Keeper {
     pub fn new(node: Arc<Node>) -> Keeper {
+        Keeper::with_fence(node, Arc::new(FenceState::default()))
+    }
+
+    pub fn with_fence(node: Arc<Node>, fence: Arc<FenceState>) -> Keeper {
         Keeper {
             node,
             local: None,
@@ -75,6 +84,8 @@ impl Keeper {
             last_wait_reason: None,
             last_replica_check: None,
             replica_mismatch: None,
+            fence,
+            last_fence_annotation: None,
         }
     }
 
@@ -147,7 +158,14 @@ impl Keeper {
         } else {
             None
         };
-        let label = decide::label_for(&live, node.me(), sentinel_master.as_ref());
+        // A fenced master serves no write: it must not be where -rw sends them (ADR 0019).
+        let fenced = self.fence.is_fenced();
+        let label = if fenced {
+            InstanceRole::Replica
+        } else {
+            decide::label_for(&live, node.me(), sentinel_master.as_ref())
+        };
+        self.keep_fence_annotation().await;
         // What this loop wrote is not necessarily what the pod carries: anyone with access to the
         // pod can change or drop the label, and the -rw / -r Services would follow silently.
         if self.last_label == Some(label)
@@ -170,6 +188,9 @@ impl Keeper {
             }
         }
         if self.last_label != Some(label) {
+            if label == InstanceRole::Master && sentinel_master.as_ref() == Some(node.me()) {
+                self.clear_other_master_labels().await;
+            }
             match node.pods.set_role_label(&node.my_pod, label).await {
                 Ok(()) => {
                     tracing::info!(label = label.as_str(), live = ?live, "pod label instanceRole set");
@@ -187,6 +208,53 @@ impl Keeper {
             label,
             hold_exit,
         })
+    }
+
+    /// A master the Sentinel majority names takes the master label only after every other data
+    /// pod lost it: a master cut off from the API (a partition) cannot remove its own label, and
+    /// `-rw` must never have two endpoints (issue 14 item 3).
+    async fn clear_other_master_labels(&self) {
+        let node = &self.node;
+        for peer in node.topology.peers().await {
+            let Some(pod) = node.topology.pod_of(&peer) else {
+                continue;
+            };
+            match node.pods.role_label(&pod).await {
+                Ok(Some(found)) if found == InstanceRole::Master.as_str() => {
+                    match node.pods.set_role_label(&pod, InstanceRole::Replica).await {
+                        Ok(()) => tracing::warn!(
+                            pod,
+                            "removed the master label of a pod the Sentinel majority does not name"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(pod, error = %e, "could not relabel a stale master")
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(pod, error = %e, "could not read a peer's label"),
+            }
+        }
+    }
+
+    /// Keeps `vko.gtrfc.com/fenced` true to the fence (the operator's `MasterFenced`).
+    async fn keep_fence_annotation(&mut self) {
+        let wanted = self.fence.mark().map(|m| m.annotation());
+        if self.last_fence_annotation.as_ref() == Some(&wanted) {
+            return;
+        }
+        let node = &self.node;
+        match node
+            .pods
+            .set_fenced_annotation(&node.my_pod, wanted.as_deref())
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(annotation = ?wanted, "pod annotation vko.gtrfc.com/fenced set");
+                self.last_fence_annotation = Some(wanted);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not patch the fenced annotation; retrying"),
+        }
     }
 
     /// Re-points this replica at the master Sentinel names when it follows another server
@@ -338,6 +406,9 @@ pub struct DrainReport {
 pub struct Shared {
     pub node: Arc<Node>,
     pub settings: HandoverSettings,
+    pub fence_settings: FenceSettings,
+    /// Shared with the fencer: a drain stops it lifting pauses.
+    pub fence: Arc<FenceState>,
     ready: AtomicBool,
     terminating: AtomicBool,
     drain: OnceCell<DrainReport>,
@@ -345,9 +416,19 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(node: Arc<Node>, settings: HandoverSettings) -> Arc<Shared> {
+        Shared::with_fence_settings(node, settings, FenceSettings::default())
+    }
+
+    pub fn with_fence_settings(
+        node: Arc<Node>,
+        settings: HandoverSettings,
+        fence_settings: FenceSettings,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             node,
             settings,
+            fence_settings,
+            fence: Arc::new(FenceState::default()),
             ready: AtomicBool::new(false),
             terminating: AtomicBool::new(false),
             drain: OnceCell::new(),
@@ -363,6 +444,16 @@ impl Shared {
         self.drain
             .get_or_init(|| async {
                 let started = Instant::now();
+                if self.fence.begin_drain().await {
+                    let report = DrainReport {
+                        ok: true,
+                        message: "fenced: this master cannot prove its authority; nothing handed \
+                                  over, writes stay paused"
+                            .into(),
+                    };
+                    tracing::warn!(message = report.message, "drain finished");
+                    return report;
+                }
                 let report = match handover(&self.node, &self.settings).await {
                     Ok(HandoverOutcome::HandedOver {
                         new_master,
@@ -463,7 +554,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 /// The loop, forever.
 pub async fn keep(shared: Arc<Shared>) {
-    let mut keeper = Keeper::new(shared.node.clone());
+    let mut keeper = Keeper::with_fence(shared.node.clone(), shared.fence.clone());
     let mut last_error: Option<String> = None;
     loop {
         match keeper.tick().await {
@@ -494,6 +585,13 @@ pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
     tracing::info!(%addr, pod = shared.node.my_pod, me = %shared.node.me(), "sidecar running");
     let server = tokio::spawn(axum::serve(listener, router(shared.clone())).into_future());
     let keeper = tokio::spawn(keep(shared.clone()));
+    let fencer = shared.node.topology.sentinel_enabled().then(|| {
+        tokio::spawn(fence_loop(
+            shared.node.clone(),
+            shared.fence.clone(),
+            shared.fence_settings.clone(),
+        ))
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| SidecarError::Config(format!("SIGTERM handler: {e}")))?;
@@ -506,6 +604,9 @@ pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
     // Let a `/drain` that is waiting for the same handover get its answer.
     tokio::time::sleep(Duration::from_millis(500)).await;
     keeper.abort();
+    if let Some(fencer) = fencer {
+        fencer.abort();
+    }
     server.abort();
     tracing::info!(ok = report.ok, message = report.message, "sidecar exiting");
     Ok(())

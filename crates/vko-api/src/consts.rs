@@ -33,6 +33,14 @@ pub mod labels {
     pub const ROLE_REPLICA: &str = "replica";
 }
 
+/// Annotation keys written on pods by the sidecar.
+pub mod annotations {
+    /// On a data pod whose master fenced itself (ADR 0019): `<reason> since <RFC 3339 time>`,
+    /// e.g. `AuthorityNotProven since 2026-12-01T20:30:00Z`; absent while not fenced. The
+    /// operator turns it into the `MasterFenced` condition.
+    pub const FENCED: &str = "vko.gtrfc.com/fenced";
+}
+
 /// Port numbers. `i32` because that is what Kubernetes' container and service ports use.
 pub mod ports {
     /// Plaintext Valkey.

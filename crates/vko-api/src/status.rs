@@ -360,6 +360,9 @@ string_enum! {
         ConfigurationWarning => "ConfigurationWarning",
         /// A pod of the cluster cannot start: the scheduler or the kubelet says why.
         PodsNotStarting => "PodsNotStarting",
+        /// A master paused its writes because it cannot prove a Sentinel majority names it
+        /// (ADR 0019); the sidecar's `vko.gtrfc.com/fenced` pod annotation says why and since when.
+        MasterFenced => "MasterFenced",
     }
 }
 
@@ -508,6 +511,13 @@ string_enum! {
         ContainerConfigInvalid => "ContainerConfigInvalid",
         /// PodsNotStarting=False: every pod that could not start has started or is gone.
         PodsStarted => "PodsStarted",
+        /// MasterFenced=True: the master's last proof (a Sentinel majority naming it) is older
+        /// than F.
+        AuthorityNotProven => "AuthorityNotProven",
+        /// MasterFenced=True: the master has not proven its authority since its sidecar started.
+        AuthorityNeverProven => "AuthorityNeverProven",
+        /// MasterFenced=False: no master is fenced any more.
+        NoMasterFenced => "NoMasterFenced",
     }
 }
 

@@ -12,10 +12,12 @@
 //! - [`decide_master`]: the operator's decision without Sentinel, over [`PodProbe`]s.
 //! - [`unsynced_replicas`], [`replicas_unknown_to_sentinel`]: replica sync state.
 //! - [`instance_role`]: which pod is labelled `instanceRole=master`.
+//! - [`fence_action`]: when a master that cannot prove its authority pauses its writes (ADR 0019).
 //!
 //! Pure: no I/O, no clock, no dependency. Callers gather the answers and act on the result.
 
 mod data;
+mod fence;
 mod label;
 mod ordinal;
 mod sentinel;
@@ -28,6 +30,10 @@ pub const HOLD_HOST: &str = "vko-hold.invalid";
 pub use data::{
     MasterDecision, PodProbe, ProbeState, decide_master, replicas_unknown_to_sentinel,
     unsynced_replicas,
+};
+pub use fence::{
+    DEFAULT_FENCE_AFTER, FenceAction, FenceInput, FenceReason, UnfenceReason, fence_action,
+    fence_deadline, proves_authority,
 };
 pub use label::{InstanceRole, instance_role};
 pub use ordinal::ordinal_of;

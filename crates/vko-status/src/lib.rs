@@ -17,7 +17,7 @@ pub use vko_roll::EventType;
 use vko_roll::RollState;
 
 use crate::advisory::Advisory;
-use crate::pods::PodProblem;
+use crate::pods::{FencedPod, PodProblem};
 use crate::storage::StorageConflict;
 
 /// Why the pass could not converge the spec.
@@ -67,6 +67,8 @@ pub struct Snapshot {
     pub advisories: Vec<Advisory>,
     /// The cluster's pods that cannot start, and why ([`pods::pod_problems`]).
     pub pod_problems: Vec<PodProblem>,
+    /// Data pods whose master fenced itself ([`pods::fenced_pods`], ADR 0019).
+    pub fenced_pods: Vec<FencedPod>,
 }
 
 /// The data StatefulSet's `volumeClaimTemplates` against the rendered ones in one pass.
@@ -646,6 +648,16 @@ pub fn desired_status(
                 "every pod of the cluster has started",
             ),
         },
+        ListCondition {
+            type_: ConditionType::MasterFenced,
+            items: snapshot
+                .fenced_pods
+                .iter()
+                .map(|p| (p.reason, p.line()))
+                .collect(),
+            separator: "; ",
+            cleared: (ConditionReason::NoMasterFenced, "no master is fenced"),
+        },
     ];
     for list in lists {
         if let Some((status, reason, message)) = list.verdict(&conditions) {
@@ -773,6 +785,17 @@ pub fn pod_problem_events(old: Option<&ValkeyStatus>, problems: &[PodProblem]) -
         old,
         ConditionType::PodsNotStarting,
         problems
+            .iter()
+            .map(|p| (p.reason, format!("{}: {}:", p.pod, p.reason), p.line())),
+    )
+}
+
+/// One Warning Event per pod that newly fenced itself (a fence that stands is not repeated).
+pub fn fenced_events(old: Option<&ValkeyStatus>, fenced: &[FencedPod]) -> Vec<EventSpec> {
+    events_for_new(
+        old,
+        ConditionType::MasterFenced,
+        fenced
             .iter()
             .map(|p| (p.reason, format!("{}: {}:", p.pod, p.reason), p.line())),
     )
@@ -946,6 +969,7 @@ mod tests {
             sentinel_peers: None,
             advisories: Vec::new(),
             pod_problems: Vec::new(),
+            fenced_pods: Vec::new(),
         }
     }
 
@@ -1196,6 +1220,61 @@ mod tests {
             desired_status(None, &fresh, "v", at(3)).phase,
             Some(Phase::Error)
         );
+    }
+
+    #[test]
+    fn master_fenced_names_the_pod_and_why_and_warns_once() {
+        use k8s_openapi::api::core::v1::Pod;
+        let pod = |name: &str, fenced: Option<&str>| {
+            let mut p = Pod::default();
+            p.metadata.name = Some(name.into());
+            if let Some(value) = fenced {
+                p.metadata.annotations = Some(
+                    [(
+                        vko_api::consts::annotations::FENCED.to_owned(),
+                        value.to_owned(),
+                    )]
+                    .into(),
+                );
+            }
+            p
+        };
+        let pods = [
+            pod("a-0", Some("AuthorityNotProven since 2026-12-01T20:30:00Z")),
+            pod("a-1", None),
+        ];
+        let mut snapshot = standalone_ok();
+        snapshot.fenced_pods = pods::fenced_pods(&pods);
+        let first = desired_status(None, &snapshot, "v", at(1));
+        let condition = find(Some(&first), ConditionType::MasterFenced).unwrap();
+        assert_eq!(condition.status, "True");
+        assert_eq!(condition.reason, "AuthorityNotProven");
+        assert!(
+            condition
+                .message
+                .starts_with("a-0: AuthorityNotProven: writes paused since 2026-12-01T20:30:00Z"),
+            "{}",
+            condition.message
+        );
+        let events = fenced_events(None, &snapshot.fenced_pods);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].type_, EventType::Warning);
+        assert_eq!(events[0].reason, "AuthorityNotProven");
+        assert!(
+            fenced_events(Some(&first), &snapshot.fenced_pods).is_empty(),
+            "once"
+        );
+        snapshot.fenced_pods.clear();
+        let cleared = desired_status(Some(&first), &snapshot, "v", at(1));
+        let condition = find(Some(&cleared), ConditionType::MasterFenced).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "NoMasterFenced")
+        );
+        let never = desired_status(None, &snapshot, "v", at(1));
+        assert!(find(Some(&never), ConditionType::MasterFenced).is_none());
+        let other = pods::fenced_pods(&[pod("a-2", Some("AuthorityNeverProven since t"))]);
+        assert_eq!(other[0].reason, ConditionReason::AuthorityNeverProven);
     }
 
     #[test]

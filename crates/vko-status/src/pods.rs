@@ -28,6 +28,53 @@ impl PodProblem {
     }
 }
 
+/// A data pod whose master fenced itself (ADR 0019), from its `vko.gtrfc.com/fenced` annotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencedPod {
+    pub pod: String,
+    /// `AuthorityNotProven` or `AuthorityNeverProven`.
+    pub reason: ConditionReason,
+    /// When it fenced (RFC 3339, as the sidecar wrote it).
+    pub since: String,
+}
+
+impl FencedPod {
+    /// The condition's line and the Event's note.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {}: writes paused since {}: the master cannot prove that a majority of the \
+             Sentinels names it (a partition, or a Sentinel majority down)",
+            self.pod, self.reason, self.since
+        )
+    }
+}
+
+/// The fenced pods among `pods` (in the order given): `<reason> since <time>` annotations. An
+/// unknown reason is read as `AuthorityNotProven` (a newer sidecar's reason is still a fence).
+pub fn fenced_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<FencedPod> {
+    pods.into_iter()
+        .filter_map(|pod| {
+            let value = pod
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(vko_api::consts::annotations::FENCED)?;
+            let (reason, since) = value.split_once(" since ").unwrap_or((value.as_str(), "?"));
+            let reason = match reason {
+                r if r == ConditionReason::AuthorityNeverProven.as_str() => {
+                    ConditionReason::AuthorityNeverProven
+                }
+                _ => ConditionReason::AuthorityNotProven,
+            };
+            Some(FencedPod {
+                pod: pod.metadata.name.clone()?,
+                reason,
+                since: since.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// The problems of `pods`, in the order given (the caller sorts by name), judged at `now`.
 pub fn pod_problems<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: &Time) -> Vec<PodProblem> {
     pods.into_iter()

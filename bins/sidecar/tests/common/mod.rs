@@ -136,6 +136,8 @@ impl Sentinel {
 pub struct FakePods {
     pub patches: Mutex<Vec<(String, InstanceRole)>>,
     pub terminating: AtomicBool,
+    /// Every `vko.gtrfc.com/fenced` patch: pod, value (`None`: removed).
+    pub fenced: Mutex<Vec<(String, Option<String>)>>,
 }
 
 impl FakePods {
@@ -166,6 +168,19 @@ impl PodApi for FakePods {
     }
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<Option<String>>> {
         Box::pin(async move { Ok(self.last_label(pod).map(|role| role.as_str().to_owned())) })
+    }
+    fn set_fenced_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, SidecarResult<()>> {
+        Box::pin(async move {
+            self.fenced
+                .lock()
+                .unwrap()
+                .push((pod.to_owned(), value.map(str::to_owned)));
+            Ok(())
+        })
     }
 }
 

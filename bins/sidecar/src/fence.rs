@@ -1,0 +1,474 @@
+//! The self-fencing loop of a master with Sentinel (ADR 0019): every [`FenceSettings::poll`]
+//! it asks the local server whether it is master and every Sentinel whom they name; the decision
+//! is `vko_authority::fence_action`. Fenced means `CLIENT PAUSE <pause> WRITE`, renewed every
+//! round (Valkey keeps the later of two pause deadlines), so writes block instead of being
+//! acknowledged; the pod's master label and the `vko.gtrfc.com/fenced` annotation follow in the
+//! keeper's loop (`run.rs`) from [`FenceState::mark`].
+//!
+//! The fence and the preStop handover both pause the same server: they share
+//! [`FenceState::begin_drain`]. Once a drain began the fencer never lifts a pause (the handover
+//! owns it); a fence that was already up when the drain began stays up and is renewed, and the
+//! handover is skipped (a master without authority has nothing to hand over).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use vko_authority::{
+    FenceAction, FenceInput, FenceReason, UnfenceReason, fence_action, fence_deadline,
+};
+use vko_render::{DOWN_AFTER_MS, MASTER_REBOOT_DOWN_AFTER_MS};
+use vko_valkey::ValkeyClient;
+use vko_valkey::parse::RoleReply;
+
+use crate::decide;
+use crate::error::{Result, SidecarError};
+use crate::node::Node;
+use crate::topology::{Endpoint, PeerEvidence, ask_sentinels, probe};
+
+/// F must stay below Sentinel's down-after: Sentinel starts a failover only after the master has
+/// been unreachable that long, and the old master must have stopped acknowledging by then.
+const _: () = assert!(
+    vko_authority::DEFAULT_FENCE_AFTER.as_millis() < DOWN_AFTER_MS as u128
+        && vko_authority::DEFAULT_FENCE_AFTER.as_millis() < MASTER_REBOOT_DOWN_AFTER_MS as u128
+);
+
+/// How the fencer runs.
+#[derive(Debug, Clone)]
+pub struct FenceSettings {
+    /// F: a master whose authority was not proven for this long is fenced.
+    pub fence_after: Duration,
+    /// How often the Sentinels are asked.
+    pub poll: Duration,
+    /// The longest one round of Sentinel answers is waited for (each Sentinel call also has the
+    /// dialer's own timeouts); shortened near the fence deadline so the fence is never late.
+    pub ask_timeout: Duration,
+    /// The `CLIENT PAUSE` length, renewed every round while fenced: if this sidecar stops, the
+    /// pause lapses after this long.
+    pub pause: Duration,
+}
+
+impl Default for FenceSettings {
+    fn default() -> Self {
+        FenceSettings {
+            fence_after: vko_authority::DEFAULT_FENCE_AFTER,
+            poll: Duration::from_millis(250),
+            // Three TLS handshakes on a busy 2-core node can take hundreds of milliseconds; the
+            // budget shrinks to what is left before the deadline, so a long one is never late.
+            ask_timeout: Duration::from_secs(1),
+            pause: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The least time a round near its deadline still gives the Sentinels to answer.
+const MIN_ASK: Duration = Duration::from_millis(100);
+/// The local server answers ROLE / CLIENT PAUSE within this or is treated as not answering.
+const LOCAL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `fence_after` checked against Sentinel's down-after (a `--fence-after-ms` given at start).
+pub fn check_fence_after(fence_after: Duration) -> Result<Duration> {
+    let down_after =
+        Duration::from_millis(u64::from(DOWN_AFTER_MS.min(MASTER_REBOOT_DOWN_AFTER_MS)));
+    if fence_after.is_zero() || fence_after >= down_after {
+        return Err(SidecarError::Config(format!(
+            "fence-after {} ms must be above 0 and below Sentinel's down-after {} ms",
+            fence_after.as_millis(),
+            down_after.as_millis()
+        )));
+    }
+    Ok(fence_after)
+}
+
+/// Why and since when this pod's server is fenced (the pod annotation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceMark {
+    pub reason: FenceReason,
+    pub since: SystemTime,
+}
+
+impl FenceMark {
+    /// `vko.gtrfc.com/fenced`: `<reason> since <RFC 3339>`.
+    pub fn annotation(&self) -> String {
+        let since = k8s_openapi::jiff::Timestamp::try_from(self.since)
+            .map(|t| {
+                t.round(k8s_openapi::jiff::Unit::Second)
+                    .unwrap_or(t)
+                    .to_string()
+            })
+            .unwrap_or_else(|_| "unknown".into());
+        format!("{} since {since}", self.reason.as_str())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    draining: bool,
+    fenced: bool,
+}
+
+/// What the fencer, the keeper and the drain share.
+#[derive(Debug, Default)]
+pub struct FenceState {
+    /// Held across every pause / unpause of the fencer and while a drain begins.
+    gate: tokio::sync::Mutex<Gate>,
+    /// `Some` while fenced; read by the keeper for the label and the annotation.
+    mark: Mutex<Option<FenceMark>>,
+}
+
+impl FenceState {
+    pub fn mark(&self) -> Option<FenceMark> {
+        self.mark.lock().ok().and_then(|m| m.clone())
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.mark().is_some()
+    }
+
+    fn set_mark(&self, mark: Option<FenceMark>) {
+        if let Ok(mut m) = self.mark.lock() {
+            *m = mark;
+        }
+    }
+
+    /// A drain begins: from now on the fencer lifts no pause. Returns whether the server was
+    /// fenced at that moment (then the fence stays and the handover is skipped).
+    pub async fn begin_drain(&self) -> bool {
+        let mut gate = self.gate.lock().await;
+        gate.draining = true;
+        gate.fenced
+    }
+}
+
+/// The fencer's memory between rounds.
+struct Fencer {
+    node: Arc<Node>,
+    state: Arc<FenceState>,
+    settings: FenceSettings,
+    clock: Instant,
+    local: Option<ValkeyClient>,
+    last_proven: Option<Duration>,
+    /// Logged once per change of what the Sentinels say.
+    last_view: Option<String>,
+    /// The local role seen by the last round that reached the server.
+    was_master: Option<bool>,
+}
+
+/// The fencer, forever (only with Sentinel).
+pub async fn fence_loop(node: Arc<Node>, state: Arc<FenceState>, settings: FenceSettings) {
+    tracing::info!(
+        fence_after_ms = settings.fence_after.as_millis() as u64,
+        poll_ms = settings.poll.as_millis() as u64,
+        "fencer running: a master the Sentinel majority does not name for fence-after pauses its writes"
+    );
+    let mut fencer = Fencer {
+        node,
+        state,
+        settings,
+        clock: Instant::now(),
+        local: None,
+        last_proven: None,
+        last_view: None,
+        was_master: None,
+    };
+    loop {
+        fencer.round().await;
+        tokio::time::sleep(fencer.until_next_round()).await;
+    }
+}
+
+impl Fencer {
+    fn now(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    /// The poll interval, but never past the moment the last proof turns F old.
+    fn until_next_round(&self) -> Duration {
+        let poll = self.settings.poll;
+        if self.state.is_fenced() {
+            return poll;
+        }
+        match fence_deadline(self.last_proven, self.settings.fence_after) {
+            Some(deadline) => poll.min(deadline.saturating_sub(self.now())),
+            None => poll,
+        }
+    }
+
+    async fn local(&mut self) -> Option<&ValkeyClient> {
+        if self.local.is_none() {
+            match tokio::time::timeout(LOCAL_TIMEOUT, self.node.local()).await {
+                Ok(Ok(client)) => self.local = Some(client),
+                Ok(Err(e)) => tracing::debug!(error = %e, "fencer: local server not reachable"),
+                Err(_) => tracing::debug!("fencer: local server connect timed out"),
+            }
+        }
+        self.local.as_ref()
+    }
+
+    async fn local_is_master(&mut self) -> Option<bool> {
+        let local = self.local().await?;
+        match tokio::time::timeout(LOCAL_TIMEOUT, local.role()).await {
+            Ok(Ok(role)) => Some(matches!(role, RoleReply::Master { .. })),
+            _ => {
+                self.local = None;
+                None
+            }
+        }
+    }
+
+    async fn round(&mut self) {
+        let started = self.now();
+        let Some(is_master) = self.local_is_master().await else {
+            // A server that does not answer acknowledges nothing either; its last proof ages.
+            return;
+        };
+        if is_master && self.was_master == Some(false) {
+            // A replica became master: Sentinel's failover leader (elected by a majority),
+            // the handover's SENTINEL FAILOVER, or the hold's exit on the majority's word
+            // promoted it just now. That is the proof; the other Sentinels learn the new
+            // master from the leader's hello within a few seconds, inside F or soon after.
+            tracing::info!("local server promoted to master; its authority counts as proven now");
+            self.last_proven = Some(started);
+        }
+        self.was_master = Some(is_master);
+        // Decide once before asking: a round that starts at the deadline fences at once, and a
+        // replica is unfenced at once. A master never proven is first asked (a sidecar start
+        // must not pause a master the Sentinels name).
+        if !is_master || self.last_proven.is_some() {
+            self.act(is_master, "").await;
+        }
+        if !is_master {
+            return;
+        }
+        let (proven, named, view) = self.ask(started).await;
+        if proven {
+            self.last_proven = Some(started);
+        }
+        if self.last_view.as_deref() != Some(view.as_str()) {
+            tracing::debug!(view, proven, "fencer: Sentinel answers changed");
+            self.last_view = Some(view.clone());
+        }
+        self.act(is_master, &view).await;
+        if let Some(named) = named
+            && self.state.is_fenced()
+        {
+            self.follow_named_master(&named).await;
+        }
+    }
+
+    /// Asks every Sentinel within the round's budget: (this pod proven, the master the majority
+    /// names when it is another pod, a one-line summary for the log).
+    async fn ask(&self, started: Duration) -> (bool, Option<Endpoint>, String) {
+        let node = &self.node;
+        let Some(name) = node.topology.monitor.as_ref() else {
+            return (false, None, "no Sentinel".into());
+        };
+        let budget = if self.state.is_fenced() {
+            self.settings.ask_timeout
+        } else {
+            fence_deadline(self.last_proven, self.settings.fence_after)
+                .map_or(MIN_ASK, |d| d.saturating_sub(started))
+                .clamp(MIN_ASK, self.settings.ask_timeout)
+        };
+        let asked = tokio::time::timeout(budget, async {
+            let sentinels = node.topology.sentinels().await;
+            let answers = ask_sentinels(&node.dialer, &sentinels, name).await;
+            (sentinels.len(), answers)
+        })
+        .await;
+        let Ok((discovered, answers)) = asked else {
+            return (
+                false,
+                None,
+                format!("no answer within {} ms", budget.as_millis()),
+            );
+        };
+        let answered = answers.iter().flatten().count();
+        let naming_me = answers
+            .iter()
+            .flatten()
+            .filter(|a| a.master == *node.me())
+            .count();
+        let proven = decide::proves_authority(node.me(), &answers, discovered);
+        let named = decide::sentinel_master(&answers, discovered).filter(|m| m != node.me());
+        let view = format!(
+            "{answered} of {discovered} Sentinels answered, {naming_me} name this pod{}",
+            named
+                .as_ref()
+                .map(|m| format!(", the majority names {m}"))
+                .unwrap_or_default()
+        );
+        (proven, named, view)
+    }
+
+    async fn act(&mut self, is_master: bool, view: &str) {
+        let action = fence_action(FenceInput {
+            is_master,
+            last_proven: self.last_proven,
+            now: self.now(),
+            fence_after: self.settings.fence_after,
+            fenced: self.state.is_fenced(),
+        });
+        match action {
+            FenceAction::Keep => {}
+            FenceAction::Fence(reason) => self.fence(reason, view).await,
+            FenceAction::Unfence(reason) => self.unfence(reason, view).await,
+        }
+    }
+
+    async fn fence(&mut self, reason: FenceReason, view: &str) {
+        let state = self.state.clone();
+        let mut gate = state.gate.lock().await;
+        if gate.draining && !gate.fenced {
+            // The handover owns the pause now.
+            return;
+        }
+        let pause = self.settings.pause;
+        let last_proof_age = self.last_proven.map(|at| self.now().saturating_sub(at));
+        let Some(local) = self.local().await else {
+            return;
+        };
+        match tokio::time::timeout(LOCAL_TIMEOUT, local.client_pause_write(pause)).await {
+            Ok(Ok(())) => {
+                if !gate.fenced {
+                    gate.fenced = true;
+                    self.state.set_mark(Some(FenceMark {
+                        reason,
+                        since: SystemTime::now(),
+                    }));
+                    tracing::warn!(
+                        reason = reason.as_str(),
+                        last_proof_ms_ago = last_proof_age.map(|d| d.as_millis() as u64),
+                        sentinels = view,
+                        pause_ms = pause.as_millis() as u64,
+                        "FENCED: this master cannot prove the Sentinel majority names it; writes paused"
+                    );
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, reason = reason.as_str(), "fencer: CLIENT PAUSE failed");
+                self.local = None;
+            }
+            Err(_) => {
+                tracing::warn!(reason = reason.as_str(), "fencer: CLIENT PAUSE timed out");
+                self.local = None;
+            }
+        }
+    }
+
+    async fn unfence(&mut self, reason: UnfenceReason, view: &str) {
+        let state = self.state.clone();
+        let mut gate = state.gate.lock().await;
+        if gate.draining {
+            return;
+        }
+        let Some(local) = self.local().await else {
+            return;
+        };
+        match tokio::time::timeout(LOCAL_TIMEOUT, local.client_unpause()).await {
+            Ok(Ok(())) => {
+                let since = self.state.mark().map(|m| m.since);
+                gate.fenced = false;
+                self.state.set_mark(None);
+                tracing::info!(
+                    reason = ?reason,
+                    fenced_ms = since
+                        .and_then(|s| s.elapsed().ok())
+                        .map(|d| d.as_millis() as u64),
+                    sentinels = view,
+                    "UNFENCED: writes resume"
+                );
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "fencer: CLIENT UNPAUSE failed");
+                self.local = None;
+            }
+            Err(_) => {
+                tracing::warn!("fencer: CLIENT UNPAUSE timed out");
+                self.local = None;
+            }
+        }
+    }
+
+    /// A fenced master whose Sentinel majority names another pod that answers as master: become
+    /// its replica. Sentinel would demote this server itself, but its `+convert-to-slave`
+    /// transaction waits behind the hello `PUBLISH` that the pause postpones, so while the pause
+    /// is renewed it never runs (switchover-facts.md, method B). `REPLICAOF` is not a write: it
+    /// runs while paused, and the next round lifts the fence of what is then a replica.
+    async fn follow_named_master(&mut self, named: &Endpoint) {
+        if self.state.gate.lock().await.draining {
+            return;
+        }
+        let answers_master = matches!(
+            probe(&self.node.dialer, named).await,
+            PeerEvidence::Answered(r) if r.is_master()
+        );
+        if !answers_master {
+            return;
+        }
+        let Some(local) = self.local().await else {
+            return;
+        };
+        match tokio::time::timeout(LOCAL_TIMEOUT, local.replicaof(&named.host, named.port)).await {
+            Ok(Ok(())) => tracing::warn!(
+                new_master = %named,
+                "fenced master demoted itself: the Sentinel majority names another master"
+            ),
+            Ok(Err(e)) => tracing::warn!(error = %e, %named, "fencer: REPLICAOF failed"),
+            Err(_) => {
+                tracing::warn!(%named, "fencer: REPLICAOF timed out");
+                self.local = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn fence_after_stays_below_sentinels_down_after() {
+        let f = vko_authority::DEFAULT_FENCE_AFTER;
+        assert!(f < Duration::from_millis(u64::from(DOWN_AFTER_MS)));
+        assert!(f < Duration::from_millis(u64::from(MASTER_REBOOT_DOWN_AFTER_MS)));
+        assert_eq!(check_fence_after(f).unwrap(), f);
+        assert_eq!(FenceSettings::default().fence_after, f);
+        assert!(check_fence_after(Duration::from_millis(u64::from(DOWN_AFTER_MS))).is_err());
+        assert!(check_fence_after(Duration::from_secs(60)).is_err());
+        assert!(check_fence_after(Duration::ZERO).is_err());
+        assert!(check_fence_after(Duration::from_millis(4_999)).is_ok());
+    }
+
+    #[test]
+    fn the_poll_leaves_room_for_the_deadline() {
+        let s = FenceSettings::default();
+        assert!(s.poll + s.ask_timeout < s.fence_after);
+        assert!(
+            s.pause > s.poll + s.ask_timeout + LOCAL_TIMEOUT,
+            "renewed before it lapses"
+        );
+    }
+
+    #[test]
+    fn the_annotation_names_reason_and_time() {
+        let mark = FenceMark {
+            reason: FenceReason::ProofExpired,
+            since: SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_150_000_400),
+        };
+        assert_eq!(
+            mark.annotation(),
+            "AuthorityNotProven since 2026-12-01T18:33:20Z"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_drain_sees_whether_the_fence_is_up() {
+        let state = FenceState::default();
+        assert!(!state.begin_drain().await);
+        let state = FenceState::default();
+        state.gate.lock().await.fenced = true;
+        assert!(state.begin_drain().await);
+        assert!(state.gate.lock().await.draining);
+    }
+}

@@ -1,0 +1,307 @@
+//! Master self-fencing (ADR 0019): a master that cannot prove it still holds the authority stops
+//! acknowledging writes.
+//!
+//! With Sentinel, a master *proves* its authority when a strict majority of every Sentinel the
+//! cluster has ([`crate::sentinel_majority`] over an [`crate::Electorate`]) is reachable and names
+//! it. The master's sidecar asks every few hundred milliseconds and keeps the time of the last
+//! proof. Once no proof is younger than `fence_after` (F), the server must be fenced (its writes
+//! paused); it is unfenced only when a proof comes back or once the server is a replica (then it
+//! acknowledges no write anyway). Sentinel promotes another pod only after the master has been
+//! unreachable for its `down-after` period, so with F well below it the old master stops
+//! acknowledging before a new one can start: at most F of acknowledged writes (plus one poll) are
+//! lost to a master cut off from its Sentinel majority.
+//!
+//! Times are durations on one monotonic clock the caller reads (e.g. since its start): this crate
+//! reads no clock.
+
+use std::time::Duration;
+
+use crate::sentinel::{Electorate, Vote, sentinel_majority};
+
+/// F by default: a master unproven for this long is fenced. Well below Sentinel's `down-after`
+/// (`vko_render::conf::DOWN_AFTER_MS`, 5 s), which the sidecar asserts at compile time and checks
+/// again for the F it is given.
+pub const DEFAULT_FENCE_AFTER: Duration = Duration::from_secs(2);
+
+/// What the local server should be told now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceAction {
+    /// Pause its writes (again, while already fenced: the pause is renewed before it expires).
+    Fence(FenceReason),
+    /// Lift the pause: the authority is proven again, or the server is a replica.
+    Unfence(UnfenceReason),
+    /// Nothing to do: an unfenced master whose last proof is younger than F.
+    Keep,
+}
+
+/// Why the server is fenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceReason {
+    /// The master never proved its authority since the caller started watching it (at boot,
+    /// before the Sentinel majority names it, or after a sidecar restart).
+    NeverProven,
+    /// The last proof is older than F.
+    ProofExpired,
+}
+
+impl FenceReason {
+    /// A stable, machine-readable name (log fields, the pod annotation, the operator's reason).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FenceReason::NeverProven => "AuthorityNeverProven",
+            FenceReason::ProofExpired => "AuthorityNotProven",
+        }
+    }
+}
+
+/// Why the fence is lifted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnfenceReason {
+    /// The Sentinel majority names this master again.
+    AuthorityProven,
+    /// The server is a replica now: it acknowledges no write.
+    NowReplica,
+}
+
+/// What the sidecar knows at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceInput {
+    /// The local server answers as master.
+    pub is_master: bool,
+    /// When the authority was last proven (`None`: never since the caller started).
+    pub last_proven: Option<Duration>,
+    /// Now, on the same clock.
+    pub now: Duration,
+    /// F.
+    pub fence_after: Duration,
+    /// The server is fenced now (its writes paused by the fence).
+    pub fenced: bool,
+}
+
+/// The fence decision.
+pub fn fence_action(input: FenceInput) -> FenceAction {
+    if !input.is_master {
+        return if input.fenced {
+            FenceAction::Unfence(UnfenceReason::NowReplica)
+        } else {
+            FenceAction::Keep
+        };
+    }
+    let proven = match input.last_proven {
+        None => Err(FenceReason::NeverProven),
+        // A proof "from the future" (a caller mixing clocks) is no proof.
+        Some(at) if at > input.now => Err(FenceReason::ProofExpired),
+        Some(at) if input.now - at >= input.fence_after => Err(FenceReason::ProofExpired),
+        Some(_) => Ok(()),
+    };
+    match (proven, input.fenced) {
+        (Err(reason), _) => FenceAction::Fence(reason),
+        (Ok(()), true) => FenceAction::Unfence(UnfenceReason::AuthorityProven),
+        (Ok(()), false) => FenceAction::Keep,
+    }
+}
+
+/// Does this round of Sentinel answers prove `me`'s authority? Only when a strict majority of
+/// the whole electorate (not of those that answered) names `me`: one of three, or two answering
+/// Sentinels when a peer reports five, prove nothing.
+pub fn proves_authority<K: PartialEq>(
+    me: &K,
+    electorate: Electorate,
+    votes: impl IntoIterator<Item = Vote<K>>,
+) -> bool {
+    sentinel_majority(electorate, votes).is_some_and(|named| named == *me)
+}
+
+/// When an unfenced master must be looked at again at the latest so that it is fenced on time:
+/// the moment its last proof turns F old (`None`: never proven, due now).
+pub fn fence_deadline(last_proven: Option<Duration>, fence_after: Duration) -> Option<Duration> {
+    last_proven.map(|at| at.saturating_add(fence_after))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: Duration = DEFAULT_FENCE_AFTER;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn input(is_master: bool, last_proven: Option<u64>, now: u64, fenced: bool) -> FenceInput {
+        FenceInput {
+            is_master,
+            last_proven: last_proven.map(ms),
+            now: ms(now),
+            fence_after: F,
+            fenced,
+        }
+    }
+
+    #[test]
+    fn table() {
+        use FenceAction::*;
+        use FenceReason::*;
+        use UnfenceReason::*;
+        let cases: &[(FenceInput, FenceAction, &str)] = &[
+            (
+                input(true, Some(10_000), 10_000, false),
+                Keep,
+                "just proven",
+            ),
+            (
+                input(true, Some(10_000), 11_999, false),
+                Keep,
+                "proof 1.999 s old",
+            ),
+            (
+                input(true, Some(10_000), 12_000, false),
+                Fence(ProofExpired),
+                "proof F old",
+            ),
+            (
+                input(true, Some(10_000), 50_000, false),
+                Fence(ProofExpired),
+                "long unproven",
+            ),
+            (
+                input(true, Some(10_000), 50_000, true),
+                Fence(ProofExpired),
+                "renew",
+            ),
+            (
+                input(true, None, 0, false),
+                Fence(NeverProven),
+                "never proven",
+            ),
+            (
+                input(true, None, 9_000, true),
+                Fence(NeverProven),
+                "never proven, renew",
+            ),
+            (
+                input(true, Some(49_900), 50_000, true),
+                Unfence(AuthorityProven),
+                "proven again",
+            ),
+            (
+                input(true, Some(50_001), 50_000, false),
+                Fence(ProofExpired),
+                "future proof",
+            ),
+            (
+                input(false, None, 50_000, true),
+                Unfence(NowReplica),
+                "demoted while fenced",
+            ),
+            (
+                input(false, Some(1), 50_000, true),
+                Unfence(NowReplica),
+                "demoted, old proof",
+            ),
+            (
+                input(false, None, 50_000, false),
+                Keep,
+                "a replica is never fenced",
+            ),
+            (
+                input(false, Some(49_999), 50_000, false),
+                Keep,
+                "replica, fresh proof",
+            ),
+        ];
+        for (case, want, why) in cases {
+            assert_eq!(fence_action(*case), *want, "{why}: {case:?}");
+        }
+    }
+
+    #[test]
+    fn fenced_exactly_when_the_proof_is_f_old() {
+        for f in [ms(500), ms(2_000), ms(4_999)] {
+            for age in 0..6_000u64 {
+                let action = fence_action(FenceInput {
+                    is_master: true,
+                    last_proven: Some(ms(100_000)),
+                    now: ms(100_000 + age),
+                    fence_after: f,
+                    fenced: false,
+                });
+                let fence = matches!(action, FenceAction::Fence(_));
+                assert_eq!(fence, ms(age) >= f, "F {f:?}, age {age} ms: {action:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_majority_of_every_sentinel_naming_me_proves() {
+        let me = "vk-0";
+        let v = |m: Option<&'static str>, known| Vote::new(m, known);
+        let three = Electorate::new(0, 3);
+        let cases: Vec<(Electorate, Vec<Vote<&str>>, bool, &str)> = vec![
+            (
+                three,
+                vec![v(Some(me), 3), v(Some(me), 3), v(Some(me), 3)],
+                true,
+                "all",
+            ),
+            (
+                three,
+                vec![v(Some(me), 3), v(Some(me), 3)],
+                true,
+                "two of three",
+            ),
+            (three, vec![v(Some(me), 3)], false, "one of three"),
+            (three, vec![], false, "nobody answers"),
+            (
+                three,
+                vec![v(Some(me), 3), v(None, 3), v(None, 3)],
+                false,
+                "two name none",
+            ),
+            (
+                three,
+                vec![v(Some(me), 3), v(Some("vk-1"), 3), v(Some("vk-1"), 3)],
+                false,
+                "majority names another",
+            ),
+            (
+                Electorate::new(0, 2),
+                vec![v(Some(me), 3), v(Some(me), 3)],
+                true,
+                "two found, three reported, two agree",
+            ),
+            (
+                three,
+                vec![v(Some(me), 5), v(Some(me), 5)],
+                false,
+                "a peer reports five: two is no majority",
+            ),
+            (
+                Electorate::new(0, 1),
+                vec![v(Some(me), 1)],
+                true,
+                "a single Sentinel",
+            ),
+        ];
+        for (electorate, votes, want, why) in cases {
+            assert_eq!(proves_authority(&me, electorate, votes), want, "{why}");
+        }
+    }
+
+    #[test]
+    fn the_deadline_is_the_last_proof_plus_f() {
+        assert_eq!(fence_deadline(None, F), None);
+        assert_eq!(fence_deadline(Some(ms(1_000)), F), Some(ms(3_000)));
+        assert_eq!(
+            fence_deadline(Some(Duration::MAX), F),
+            Some(Duration::MAX),
+            "saturates"
+        );
+    }
+
+    #[test]
+    fn reasons_have_stable_names() {
+        assert_eq!(FenceReason::NeverProven.as_str(), "AuthorityNeverProven");
+        assert_eq!(FenceReason::ProofExpired.as_str(), "AuthorityNotProven");
+    }
+}

@@ -1,0 +1,334 @@
+//! Support of the fencing tests (ADR 0019): a writer inside a pod's network namespace (a client on
+//! the master's side of a partition), a writer through a Service's ClusterIP, and a sampler of
+//! how many pods carry the master label and how many endpoints `-rw` has.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams};
+
+use crate::ha_support::{Conn, Reply, VALKEY_PORT, endpoint_pods};
+
+/// The testbed's network namespace of `pod` (`vkotb-<first 12 hex digits of its UID>`).
+pub async fn pod_netns(client: &kube::Client, ns: &str, pod: &str) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
+    let hex = uid.replace('-', "");
+    Ok(format!(
+        "vkotb-{}",
+        hex.get(..12).context("pod UID too short")?
+    ))
+}
+
+/// Every acknowledged `SET`: its key and when its `OK` arrived.
+#[derive(Debug, Default, Clone)]
+pub struct Acks {
+    pub keys: Vec<String>,
+    pub at: Vec<Instant>,
+    pub errors: usize,
+    pub first_errors: Vec<String>,
+}
+
+impl Acks {
+    fn ok(&mut self, key: String) {
+        self.keys.push(key);
+        self.at.push(Instant::now());
+    }
+
+    fn error(&mut self, error: String) {
+        self.errors += 1;
+        if self.first_errors.len() < 10 {
+            self.first_errors.push(error);
+        }
+    }
+}
+
+/// A writer that stops when dropped or stopped.
+pub struct AckWriter {
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Acks>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl AckWriter {
+    pub fn acked(&self) -> usize {
+        self.acks.lock().map(|a| a.keys.len()).unwrap_or(0)
+    }
+
+    pub async fn stop(mut self) -> Acks {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.acks.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// Plain `SET <prefix>:<n> v` to `127.0.0.1:6379` from inside the network namespace
+    /// `netns` (its own OS thread, moved there with setns), one at a time, reconnecting on any
+    /// error. A SET a fenced server holds is waited for up to 2 s, then the connection is
+    /// dropped (never counted).
+    pub fn in_netns(netns: &str, prefix: &str) -> anyhow::Result<AckWriter> {
+        let file = std::fs::File::open(format!("/run/netns/{netns}"))
+            .with_context(|| format!("open /run/netns/{netns}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Acks::default()));
+        let (stop2, acks2, prefix) = (stop.clone(), acks.clone(), prefix.to_owned());
+        let thread = std::thread::spawn(move || {
+            if let Err(e) = nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET) {
+                if let Ok(mut a) = acks2.lock() {
+                    a.error(format!("setns: {e}"));
+                }
+                return;
+            }
+            blocking_write_loop(&stop2, &acks2, &prefix);
+        });
+        Ok(AckWriter {
+            stop,
+            acks,
+            thread: Some(thread),
+            task: None,
+        })
+    }
+
+    /// Plain `SET` through the ClusterIP of `service` (the testbed's kube-proxy routes it), as a
+    /// client of `-rw` would, reconnecting on any error.
+    pub async fn through_service(
+        client: &kube::Client,
+        ns: &str,
+        service: &str,
+        prefix: &str,
+    ) -> anyhow::Result<AckWriter> {
+        let services: Api<Service> = Api::namespaced(client.clone(), ns);
+        let ip = services
+            .get(service)
+            .await?
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .with_context(|| format!("{service} has no ClusterIP"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Acks::default()));
+        let (stop2, acks2, prefix) = (stop.clone(), acks.clone(), prefix.to_owned());
+        let task = tokio::spawn(async move {
+            let mut conn: Option<Conn> = None;
+            let mut n = 0u64;
+            while !stop2.load(Ordering::SeqCst) {
+                if conn.is_none() {
+                    match Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(2)).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            if let Ok(mut a) = acks2.lock() {
+                                a.error(format!("connect: {e:#}"));
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
+                }
+                let Some(c) = conn.as_mut() else { continue };
+                n += 1;
+                let key = format!("{prefix}:{n}");
+                match c.call(&["SET", &key, "v"]).await {
+                    Ok(Reply::Simple(ok)) if ok == "OK" => {
+                        if let Ok(mut a) = acks2.lock() {
+                            a.ok(key);
+                        }
+                    }
+                    other => {
+                        let error = match other {
+                            Ok(reply) => format!("SET: {reply:?}"),
+                            Err(e) => format!("SET: {e:#}"),
+                        };
+                        if let Ok(mut a) = acks2.lock() {
+                            a.error(error);
+                        }
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        Ok(AckWriter {
+            stop,
+            acks,
+            thread: None,
+            task: Some(task),
+        })
+    }
+}
+
+impl Drop for AckWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn blocking_write_loop(stop: &AtomicBool, acks: &Mutex<Acks>, prefix: &str) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 6379));
+    let mut n = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let stream = match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Ok(mut a) = acks.lock() {
+                    a.error(format!("connect: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+        let _ = stream.set_nodelay(true);
+        let Ok(mut writer) = stream.try_clone() else {
+            continue;
+        };
+        let mut reader = BufReader::new(stream);
+        while !stop.load(Ordering::SeqCst) {
+            n += 1;
+            let key = format!("{prefix}:{n}");
+            let request = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+            let mut line = String::new();
+            let answered = writer
+                .write_all(request.as_bytes())
+                .and_then(|()| reader.read_line(&mut line));
+            match answered {
+                Ok(_) if line == "+OK\r\n" => {
+                    if let Ok(mut a) = acks.lock() {
+                        a.ok(key);
+                    }
+                }
+                Ok(_) => {
+                    if let Ok(mut a) = acks.lock() {
+                        a.error(line.trim().to_owned());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+                Err(e) => {
+                    if let Ok(mut a) = acks.lock() {
+                        a.error(format!("SET: {e}"));
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// What the sampler saw.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    pub samples: usize,
+    /// The most pods labelled `instanceRole=master` at one sample, and when first.
+    pub max_master_labels: usize,
+    pub max_master_labels_at: Option<Duration>,
+    pub max_master_labels_pods: Vec<String>,
+    /// The most ready `-rw` endpoints at one sample.
+    pub max_rw_endpoints: usize,
+    pub max_rw_endpoints_pods: Vec<String>,
+    /// The longest time between two samples.
+    pub longest_interval: Duration,
+}
+
+/// Samples the master-labelled pods of the namespace and the ready endpoints of `<valkey>-rw` every
+/// `every` until stopped.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Samples>,
+}
+
+impl Sampler {
+    pub fn start(client: kube::Client, ns: String, valkey: String, every: Duration) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut samples = Samples::default();
+            let mut last: Option<Instant> = None;
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            // One Valkey per test namespace; Sentinel pods carry no instanceRole.
+            let selector = "vko.gtrfc.com/instanceRole=master";
+            while !stop2.load(Ordering::SeqCst) {
+                let tick = Instant::now();
+                let labelled = pods.list(&ListParams::default().labels(selector)).await;
+                let rw = endpoint_pods(&client, &ns, &format!("{valkey}-rw")).await;
+                if let (Ok(labelled), Ok(rw)) = (labelled, rw) {
+                    let now = Instant::now();
+                    if let Some(prev) = last {
+                        samples.longest_interval = samples.longest_interval.max(now - prev);
+                    }
+                    last = Some(now);
+                    samples.samples += 1;
+                    let names: Vec<String> = labelled
+                        .items
+                        .iter()
+                        .filter_map(|p| p.metadata.name.clone())
+                        .collect();
+                    if names.len() > samples.max_master_labels {
+                        samples.max_master_labels = names.len();
+                        samples.max_master_labels_at = Some(started.elapsed());
+                        samples.max_master_labels_pods = names;
+                    }
+                    if rw.len() > samples.max_rw_endpoints {
+                        samples.max_rw_endpoints = rw.len();
+                        samples.max_rw_endpoints_pods = rw;
+                    }
+                }
+                tokio::time::sleep(every.saturating_sub(tick.elapsed())).await;
+            }
+            samples
+        });
+        Sampler { stop, task }
+    }
+
+    pub async fn stop(self) -> Samples {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// The lines of `pod`'s `sidecar` container logs (from the testbed's state directory) that contain
+/// any of `needles`: what the fencer itself logged.
+pub async fn sidecar_log_lines(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    needles: &[&str],
+) -> Vec<String> {
+    let state = std::env::var("VKO_TESTBED_DIR").unwrap_or_else(|_| "/run/vko-testbed".into());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let Ok(found) = pods.get(pod).await else {
+        return Vec::new();
+    };
+    let uid = found.metadata.uid.unwrap_or_default();
+    let dir = std::path::Path::new(&state)
+        .join("pods")
+        .join(uid)
+        .join("logs")
+        .join("sidecar");
+    let Ok(attempts) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<_> = attempts.flatten().map(|e| e.path()).collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|file| {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .filter(|line| needles.iter().any(|n| line.contains(n)))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
