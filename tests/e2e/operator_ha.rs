@@ -19,9 +19,9 @@ use ha_support::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 
 const NAME: &str = "ha";
 
@@ -229,12 +229,8 @@ async fn conformance_eventually(client: &kube::Client, ns: &str, key: &str) -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-ha").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-ha").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -295,7 +291,7 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
         .await
         .unwrap();
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// `SentinelPeersStale` with reason `reason`, as (status, message).

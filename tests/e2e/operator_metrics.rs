@@ -23,13 +23,13 @@ use anyhow::Context;
 use ha_support::{Conn, Pods, Reply, VALKEY_PORT, endpoint_pods};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use rcgen::KeyPair;
 use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
 use vko_render::Names;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use vko_testbed::harness::apply_yaml;
 
 const PASSWORD: &str = "exp0rter-pässword";
 const METRICS_PORT: u16 = 9121;
@@ -108,12 +108,8 @@ fn instance_role(body: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-metrics").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-metrics").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -293,7 +289,7 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     assert_eq!(sample(&body, "redis_up"), Some(1.0), "{body}");
     println!("{master}: /metrics still redis_up 1");
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// (ca.crt, tls.crt, tls.key): a fresh CA and one certificate for the data pods of `name` in `ns`
@@ -309,14 +305,8 @@ fn issue(name: &str, ns: &str) -> anyhow::Result<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certificates() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-metrics-tls")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-metrics-tls").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let (ca, cert, key) = issue("mt", &ns).unwrap();
     let secret = serde_json::json!({
         "apiVersion": "v1",
@@ -385,5 +375,5 @@ async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certific
         assert!(!body.contains(PASSWORD), "{pod} exports the password");
         println!("TLS {pod}: redis_up 1, role {expected_role}");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

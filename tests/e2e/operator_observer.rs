@@ -16,12 +16,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
+use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
 
 const OBSERVER_PORT: u16 = 8084;
 const CHECKS: [&str; 10] = [
@@ -190,12 +190,8 @@ async fn wait_observer_ready_status(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replica() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-observer").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-observer").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "obs";
 
     apply_yaml(
@@ -272,7 +268,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         .unwrap()
         .to_owned();
     eprintln!("master {master_pod}; partitioning replica {replica}");
-    testbed
+    test.testbed
         .fault(Fault::Partition {
             namespace: ns.clone(),
             pod: replica.clone(),
@@ -312,7 +308,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         .await
         .unwrap();
 
-    testbed
+    test.testbed
         .fault(Fault::Heal {
             namespace: ns.clone(),
             pod: replica.clone(),
@@ -339,20 +335,14 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         "the failures were counted: {metrics}"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_ready() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-observer-off")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-observer-off").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "obs2";
 
     apply_yaml(
@@ -402,7 +392,7 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
             }
         }
     };
-    testbed.fault(pause(true)).await.unwrap();
+    test.testbed.fault(pause(true)).await.unwrap();
     let (code, body) = readyz_until(
         &ip,
         "sentinelUnreachable failing",
@@ -450,7 +440,7 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
         .await
         .unwrap();
 
-    testbed.fault(pause(false)).await.unwrap();
+    test.testbed.fault(pause(false)).await.unwrap();
     readyz_until(
         &ip,
         "every check passing after the resume",
@@ -460,5 +450,5 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
     .await
     .unwrap();
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{events_about, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, events_about, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
+use vko_testbed::harness::{apply_yaml, pod_ip, valkey_cli};
 
 /// SIGKILLs the valkey-server running in `pod`'s network namespace.
 async fn kill_valkey_server(
@@ -54,12 +54,8 @@ async fn kill_valkey_server(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-trio").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-trio").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -128,18 +124,14 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     let old_role = valkey_cli(&old_ip, &["ROLE"]).await.unwrap();
     assert!(old_role.starts_with("slave"), "{old_master}: {old_role}");
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_an_acknowledged_write()
  {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-trio-del").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-trio-del").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -255,5 +247,5 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
         "the operator promoted during the handover: {promotions:?}"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use operator_support::{http_status, install_crd, operator, wait_for_valkey};
+use operator_support::{OperatorTest, http_status, install_crd, operator, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -505,14 +505,8 @@ async fn one_data_three_sentinels_roll_without_losing_a_write() {
 /// the lossless roll of the data tier (the Sentinel tier keeps its pods), under the writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "roll-metrics")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("roll-metrics").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "metrics";
     let shape = Shape {
         replicas: 3,
@@ -561,7 +555,7 @@ async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write()
         });
         assert!(exporter_ready, "{pod} runs a ready exporter container");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

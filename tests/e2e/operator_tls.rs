@@ -41,7 +41,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
 use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,7 +49,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use vko_api::Valkey;
 use vko_render::Names;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 use vko_valkey::parse::ReplicationRole;
 use vko_valkey::{ConnectOptions, Reply, SentinelClient, TlsOptions, ValkeyClient};
 
@@ -963,12 +963,8 @@ async fn ca_rotation_rolls_without_loss(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without_loss() {
     vko_valkey::install_default_crypto_provider();
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-tls").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-tls").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let material = issue(&ns).unwrap();
     let dial = Dial {
         ca: material.ca.clone().into_bytes(),
@@ -989,7 +985,7 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
         panic!("{error:#}");
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// Dual-port mode (reference "Dual-Port Mode"): with `tls.allowUnencrypted` and
@@ -999,12 +995,8 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tls() {
     vko_valkey::install_default_crypto_provider();
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-tls-dual").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-tls-dual").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let material = issue(&ns).unwrap();
     let dial = Dial {
         ca: material.ca.clone().into_bytes(),
@@ -1087,5 +1079,5 @@ async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tl
         dump_container_logs(&client, &ns, 60).await;
         panic!("{error:#}");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{
     TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
@@ -159,12 +159,8 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "vk-nine").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("vk-nine").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     let started = std::time::Instant::now();
     apply_yaml(
@@ -213,7 +209,7 @@ async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
         assert_eq!(info_version(&info), Some("9.1.2"), "{pod}: {info}");
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[test]

@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use kube::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
-use vko_testbed::harness::{Testbed, install_operator_rbac, wait_until};
+use vko_testbed::harness::{TestNamespace, Testbed, install_operator_rbac, wait_until};
 use vko_testbed::paths::Paths;
 
 /// PHASE OK with `replicas` ready data pods.
@@ -207,6 +207,47 @@ impl Drop for OperatorGuard {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Where an operator test starts: the Valkey CRD installed, the shared operator running and a
+/// namespace of the test's own. The operator keeps running while this lives; dropped without
+/// [`OperatorTest::cleanup`] (a failed test), the namespace goes first, best effort, as it would
+/// from the test's own locals.
+pub struct OperatorTest {
+    pub testbed: Testbed,
+    namespace: TestNamespace,
+    _operator: OperatorGuard,
+}
+
+impl OperatorTest {
+    /// Installs the CRD, starts (or joins) the operator, then creates `<namespace_prefix>-<random>`.
+    pub async fn start(namespace_prefix: &str) -> anyhow::Result<OperatorTest> {
+        let testbed = Testbed::from_env().await?;
+        install_crd(&testbed.client()).await?;
+        let operator = operator().await?;
+        let namespace = TestNamespace::create(&testbed.client(), namespace_prefix).await?;
+        Ok(OperatorTest {
+            testbed,
+            namespace,
+            _operator: operator,
+        })
+    }
+
+    /// A client with the admin identity.
+    pub fn client(&self) -> kube::Client {
+        self.testbed.client()
+    }
+
+    /// The test's namespace.
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// Deletes the test's namespace and waits until it is gone; the operator is let go after it.
+    pub async fn cleanup(self) -> anyhow::Result<()> {
+        self.namespace.cleanup().await?;
+        Ok(())
     }
 }
 
