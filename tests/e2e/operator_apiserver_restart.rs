@@ -10,6 +10,7 @@
 //!
 //! Restarts the testbed's API server (the fault API); needs the `vko.local/vko` image mapping.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::time::{Duration, Instant};
@@ -78,13 +79,10 @@ async fn timeline(
         let pods = pods.clone();
         let pod = pod.clone();
         async move {
-            let ready = pods.get_opt(&pod).await?.is_some_and(|pod| {
-                pod.status
-                    .and_then(|status| status.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-            });
+            let ready = pods
+                .get_opt(&pod)
+                .await?
+                .is_some_and(|pod| pod_is_ready(&pod));
             Ok(ready.then(Instant::now))
         }
     })

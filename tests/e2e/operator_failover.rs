@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ha_support::{
-    Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, info, info_field,
-    kill_valkey_server, missing_keys, sentinel_master_host,
+    Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, eventually, info,
+    info_field, kill_valkey_server, missing_keys, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -75,24 +75,6 @@ async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Resu
     )
     .await?;
     Ok(master)
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 /// The pod Sentinel names master.

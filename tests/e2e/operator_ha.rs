@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use ha_support::{
     Pods, ROLE_LABEL, Reply, SENTINEL_PORT, call, contains_ipv4, endpoint_pods, info, info_field,
+    pod_is_ready,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -36,13 +37,7 @@ async fn wait_all_ok(client: &kube::Client, ns: &str, what: &str) -> anyhow::Res
         let ready = pods
             .by_name
             .values()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_none()
-                    && p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_is_ready(p))
             .count();
         Ok((ready == 6).then_some(()))
     })

@@ -11,6 +11,7 @@
 //! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event; a
 //! hand-written PodDisruptionBudget under our budget name is left alone and reported, not blocking.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::collections::BTreeMap;
@@ -644,13 +645,7 @@ spec:
     .await
     .unwrap();
     let (pod, init) = refused;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = pod_is_ready(&pod);
     assert!(!ready, "a pod without its password is never Ready");
     let log = kubectl(&["logs", "-n", &ns, "pwe-0", "-c", &init])
         .await

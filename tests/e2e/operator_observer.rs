@@ -9,6 +9,7 @@
 //!
 //! The observer has no API access: it finds every pod by its DNS name, as in a real cluster.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -91,13 +92,6 @@ fn counter(metrics: &str, check: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The observer pod of Valkey `name` (a Deployment pod `<name>-observer-<hash>-<id>`) with
 /// readiness `ready`; returns (pod name, IP).
 async fn observer_pod(
@@ -121,7 +115,7 @@ async fn observer_pod(
                     let ip = pod.status.as_ref()?.pod_ip.clone()?;
                     (pod.name_any().starts_with(&prefix)
                         && pod.metadata.deletion_timestamp.is_none()
-                        && pod_ready(&pod) == ready)
+                        && pod_is_ready(&pod) == ready)
                         .then(|| (pod.name_any(), ip))
                 }))
             }

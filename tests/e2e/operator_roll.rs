@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ha_support::{
-    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, info, info_field, missing_keys,
-    role_master_pod, sentinel_master_host,
+    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, eventually, info, info_field,
+    missing_keys, pod_is_ready, role_master_pod, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
@@ -59,24 +59,6 @@ impl Shape {
             Follow::Sentinel
         } else {
             Follow::RoleMaster
-        }
-    }
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
 }
@@ -961,16 +943,7 @@ async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fi
             "the master pod was replaced while the roll was held"
         );
         assert_eq!(masters(&pods, name).await, vec![master.clone()]);
-        let not_ready = pods
-            .by_name
-            .values()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_none_or(|c| !c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
+        let not_ready = pods.by_name.values().filter(|p| !pod_is_ready(p)).count();
         assert!(not_ready <= 1, "{not_ready} pods not ready while held");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

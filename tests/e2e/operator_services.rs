@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ha_support::{
-    Conn, Pods, Reply, VALKEY_PORT, WriteLog, Writer, dump_container_logs, endpoint_pods, info,
-    info_field, missing_keys, sentinel_master_host,
+    Conn, Pods, Reply, VALKEY_PORT, WriteLog, Writer, dump_container_logs, endpoint_pods,
+    eventually, info, info_field, missing_keys, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams};
@@ -60,24 +60,6 @@ spec:
       done
 "#
     )
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 async fn cluster_ip(client: &kube::Client, ns: &str, service: &str) -> anyhow::Result<String> {

@@ -10,6 +10,7 @@
 //! pod.
 
 use std::time::{Duration, Instant};
+use vko_e2e::ha_support::pod_is_ready;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -60,17 +61,6 @@ spec:
     )
 }
 
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
-
 fn restart_count(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
@@ -92,7 +82,7 @@ async fn wait_ready(
         let name = name.to_string();
         async move {
             let pod = pods.get(&name).await?;
-            Ok((ready(&pod) == want).then_some(pod))
+            Ok((pod_is_ready(&pod) == want).then_some(pod))
         }
     })
     .await
@@ -135,7 +125,7 @@ async fn a_crashed_container_restarts_in_place_with_restart_count_plus_one() {
         let pods = pods.clone();
         async move {
             let pod = pods.get("vk").await?;
-            Ok((restart_count(&pod) == 1 && ready(&pod)).then_some(pod))
+            Ok((restart_count(&pod) == 1 && pod_is_ready(&pod)).then_some(pod))
         }
     })
     .await

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+use vko_e2e::ha_support::pod_is_ready;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -74,16 +75,9 @@ spec:
       resources: {requests: {storage: 1Gi}}
 "#;
 
+/// Running, and its `Ready` condition `True`.
 fn is_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && pod_is_ready(pod)
 }
 
 /// The three pods, once all of them are Running and Ready (and not being deleted).

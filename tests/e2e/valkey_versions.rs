@@ -6,6 +6,7 @@
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
 //! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -37,17 +38,6 @@ spec:
       periodSeconds: 1
 "#
     )
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
 }
 
 /// The `valkey_version:` line of `INFO server`.
@@ -93,7 +83,7 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
             Duration::from_secs(90),
             || {
                 let pods = pods.clone();
-                async move { Ok(ready(&pods.get(name).await?).then_some(())) }
+                async move { Ok(pod_is_ready(&pods.get(name).await?).then_some(())) }
             },
         )
         .await
