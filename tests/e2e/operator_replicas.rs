@@ -10,47 +10,16 @@
 
 use vko_e2e::{ha_support, operator_support};
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
+use ha_support::{
+    Follow, Pods, Writer, endpoint_pods, kill_valkey_server, missing_keys, role_master_pod,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use operator_support::{OperatorTest, events_about, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{apply_yaml, pod_ip, valkey_cli};
-
-/// SIGKILLs the valkey-server running in `pod`'s network namespace.
-async fn kill_valkey_server(
-    client: &kube::Client,
-    namespace: &str,
-    pod: &str,
-) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
-    let netns = format!(
-        "vkotb-{}",
-        uid.replace('-', "").get(..12).unwrap_or_default()
-    );
-    let pids = Command::new("pgrep")
-        .args(["-x", "valkey-server"])
-        .output()?;
-    let mut killed = 0;
-    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-        let identify = Command::new("ip")
-            .args(["netns", "identify", pid])
-            .output()?;
-        if String::from_utf8_lossy(&identify.stdout).trim() == netns {
-            Command::new("kill").args(["-KILL", pid]).status()?;
-            killed += 1;
-        }
-    }
-    anyhow::ensure!(
-        killed == 1,
-        "expected exactly one valkey-server in {netns}, killed {killed}"
-    );
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
