@@ -28,7 +28,9 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use operator_support::{OperatorTest, http_status, install_crd, operator, wait_for_valkey};
+use operator_support::{
+    OperatorTest, http_status, install_crd, operator, spawn_operator, wait_for_valkey,
+};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -573,12 +575,6 @@ impl OwnOperator {
 
     /// As [`OwnOperator::start`], rendering `image` as the sidecar's (the chart's image value).
     fn start_with_image(image: &str) -> anyhow::Result<OwnOperator> {
-        let binary = std::env::var_os("CARGO_TARGET_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
-            })
-            .join("debug/vko-operator");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -588,27 +584,13 @@ impl OwnOperator {
             "vko-operator-roll-kill-{}-{port}.log",
             std::process::id()
         ));
-        let log = std::fs::File::create(&log_path)?;
-        let child = std::process::Command::new(&binary)
-            .args([
-                "--health-bind-address",
-                &format!("127.0.0.1:{port}"),
-                "--metrics-bind-address",
-                "0",
-                "--log-format",
-                "text",
-                "--leader-elect",
-                "--leader-election-namespace",
-                "default",
-                "--operator-image",
-                image,
-            ])
-            .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
-            .env("KUBECONFIG", &kubeconfig)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let child = spawn_operator(
+            &kubeconfig,
+            port,
+            &log_path,
+            &["--operator-image", image],
+            &[],
+        )?;
         eprintln!("own operator pid {} log {}", child.id(), log_path.display());
         Ok(OwnOperator {
             child,
