@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{OperatorTest, ok_with, wait_for_valkey};
+use operator_support::{OBSERVER_CHECKS, OperatorTest, ok_with, wait_for_valkey};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
@@ -25,18 +25,6 @@ use vko_testbed::control::Fault;
 use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
 
 const OBSERVER_PORT: u16 = 8084;
-const CHECKS: [&str; 10] = [
-    "masterUnreachable",
-    "writeTestFailure",
-    "readTestFailure",
-    "replicaSyncFailure",
-    "replicaReadTestFailure",
-    "sentinelUnreachable",
-    "sentinelQuorumFailure",
-    "sentinelMasterDown",
-    "sentinelMasterHostnameInvalid",
-    "sentinelReplicaHostnamesInvalid",
-];
 
 /// The two tests each run a 3+3 (or 2+3) cluster; one at a time keeps a 2-core machine honest.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -147,7 +135,9 @@ async fn readyz_until(
 }
 
 fn all_pass(code: u16, body: &Value) -> bool {
-    code == 200 && body["ready"] == true && CHECKS.iter().all(|c| check(body, c).0 == "pass")
+    code == 200
+        && body["ready"] == true
+        && OBSERVER_CHECKS.iter().all(|c| check(body, c).0 == "pass")
 }
 
 async fn wait_ok(client: &kube::Client, ns: &str, name: &str, replicas: i32) -> anyhow::Result<()> {
@@ -216,7 +206,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     .await
     .unwrap();
     eprintln!("/readyz: {body:#}");
-    for name in CHECKS {
+    for name in OBSERVER_CHECKS {
         assert_eq!(body["checks"][name]["unreadyOnFailure"], true, "{name}");
     }
     let master = body["master"].as_str().unwrap().to_owned();
@@ -238,7 +228,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     let (code, metrics) = http_get(&ip, "/metrics").await.unwrap();
     assert_eq!(code, 200);
     assert!(metrics.contains("vko_observer_ready 1"), "{metrics}");
-    for name in CHECKS {
+    for name in OBSERVER_CHECKS {
         assert!(
             metrics.contains(&format!("vko_observer_check_ok{{check=\"{name}\"}} 1")),
             "{name} in {metrics}"

@@ -24,6 +24,20 @@ use vko_testbed::harness::{
 };
 use vko_testbed::paths::Paths;
 
+/// The Cluster Observer's ten checks, by the names `spec.observer.unreadyWhen` and `/readyz` use.
+pub const OBSERVER_CHECKS: [&str; 10] = [
+    "masterUnreachable",
+    "writeTestFailure",
+    "readTestFailure",
+    "replicaSyncFailure",
+    "replicaReadTestFailure",
+    "sentinelUnreachable",
+    "sentinelQuorumFailure",
+    "sentinelMasterDown",
+    "sentinelMasterHostnameInvalid",
+    "sentinelReplicaHostnamesInvalid",
+];
+
 /// PHASE OK with `replicas` ready data pods.
 pub fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool + Copy {
     move |v: &Valkey| {
