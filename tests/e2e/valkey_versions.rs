@@ -6,7 +6,7 @@
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
 //! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-use vko_e2e::ha_support::pod_is_ready;
+use vko_e2e::ha_support::{pod_is_ready, valkey_pod};
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -19,26 +19,6 @@ use vko_testbed::harness::{
     TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
 };
 use vko_testbed::kubelet::images::VALKEY_TAG_MAP;
-
-/// A Valkey pod of `image`, Ready when its own `valkey-cli` gets `PONG`.
-fn valkey_pod(name: &str, image: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: valkey
-    image: {image}
-    args: ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
-    readinessProbe:
-      exec: {{command: ["valkey-cli", "ping"]}}
-      periodSeconds: 1
-"#
-    )
-}
 
 /// The `valkey_version:` line of `INFO server`.
 fn info_version(info: &str) -> Option<&str> {
@@ -69,11 +49,11 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
     ];
     let applied = std::time::Instant::now();
     for (name, image, _) in cases {
-        apply_yaml(&client, &ns, &valkey_pod(name, image))
+        apply_yaml(&client, &ns, &valkey_pod(name, image, None))
             .await
             .unwrap();
     }
-    apply_yaml(&client, &ns, &valkey_pod("v72", "valkey/valkey:7.2"))
+    apply_yaml(&client, &ns, &valkey_pod("v72", "valkey/valkey:7.2", None))
         .await
         .unwrap();
 

@@ -1,7 +1,7 @@
 //! Shared by the Sentinel HA end-to-end tests: a minimal RESP client (the tests need exact replies
 //! and thousands of commands, so no `valkey-cli` process per command), pod-name/FQDN → pod-IP
 //! resolution, the master as Sentinel names it, writers that record every acknowledged key, the
-//! valkey-server SIGKILL of a pod, whether a pod is Ready, and the retry loop the HA tests wait
+//! valkey-server SIGKILL of a pod, a bare Valkey pod and whether a pod is Ready, and the retry loop the HA tests wait
 //! with (`eventually`).
 
 use std::collections::BTreeMap;
@@ -22,6 +22,30 @@ use tokio::sync::Mutex;
 pub const VALKEY_PORT: u16 = 6379;
 pub const SENTINEL_PORT: u16 = 26379;
 pub const ROLE_LABEL: &str = "vko.gtrfc.com/instanceRole";
+
+/// A bare Valkey pod of `image` (no persistence, protected mode off), Ready when its own
+/// `valkey-cli` gets `PONG`; with `node`, pinned to that node.
+pub fn valkey_pod(name: &str, image: &str, node: Option<&str>) -> String {
+    let node_name = node
+        .map(|node| format!("\n  nodeName: {node}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:{node_name}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: valkey
+    image: {image}
+    args: ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+    readinessProbe:
+      exec: {{command: ["valkey-cli", "ping"]}}
+      periodSeconds: 1
+"#
+    )
+}
 
 /// Whether the pod's `Ready` condition is `True`.
 pub fn pod_is_ready(pod: &Pod) -> bool {
