@@ -21,30 +21,37 @@ use operator_support::{OperatorTest, events_about, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{apply_yaml, pod_ip, valkey_cli};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
-    let test = OperatorTest::start("op-trio").await.unwrap();
-    let (client, ns) = (test.client(), test.ns().to_owned());
-
+/// The Valkey `trio` (3 data pods, no Sentinel) applied in `ns` and OK with 3 ready; its API and
+/// the master pod the status names.
+async fn trio_ok(client: &kube::Client, ns: &str) -> anyhow::Result<(Api<Valkey>, String)> {
     apply_yaml(
-        &client,
-        &ns,
+        client,
+        ns,
         "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
     )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = ok_with(3);
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
     let valkey = wait_for_valkey(
         &valkeys,
         "trio",
         "3 ready and OK",
         Duration::from_secs(180),
-        ok,
+        ok_with(3),
     )
-    .await
-    .unwrap();
-    let old_master = valkey.status.unwrap().master_pod.unwrap();
+    .await?;
+    let master = valkey
+        .status
+        .and_then(|status| status.master_pod)
+        .ok_or_else(|| anyhow::anyhow!("trio is OK without a masterPod"))?;
+    Ok((valkeys, master))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
+    let test = OperatorTest::start("op-trio").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+
+    let (valkeys, old_master) = trio_ok(&client, &ns).await.unwrap();
 
     let ip = pod_ip(&client, &ns, &old_master).await.unwrap();
     assert_eq!(
@@ -70,7 +77,7 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
         "a new master recorded and the cluster OK again",
         Duration::from_secs(120),
         |v| {
-            ok(v)
+            ok_with(3)(v)
                 && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
                     != Some(old_master.as_str())
         },
@@ -102,25 +109,7 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
     let test = OperatorTest::start("op-trio-del").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = ok_with(3);
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "trio",
-        "3 ready and OK",
-        Duration::from_secs(180),
-        ok,
-    )
-    .await
-    .unwrap();
-    let old_master = valkey.status.unwrap().master_pod.unwrap();
+    let (valkeys, old_master) = trio_ok(&client, &ns).await.unwrap();
 
     let writer = Writer::start_following(
         client.clone(),
@@ -162,7 +151,7 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
         "OK with the new master recorded",
         Duration::from_secs(180),
         |v| {
-            ok(v)
+            ok_with(3)(v)
                 && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
                     == Some(new_master.as_str())
         },
