@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use ha_support::{
     Follow, Pods, Writer, endpoint_pods, kill_valkey_server, missing_keys, role_master_pod,
+    valkey_cli_reply,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -55,18 +56,14 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
 
     let ip = pod_ip(&client, &ns, &old_master).await.unwrap();
     assert_eq!(
-        valkey_cli(&ip, &["SET", "before-crash", "kept"])
+        valkey_cli_reply(&ip, &["SET", "before-crash", "kept"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     // Acknowledged by both replicas before the crash.
     assert_eq!(
-        valkey_cli(&ip, &["WAIT", "2", "5000"])
-            .await
-            .unwrap()
-            .trim(),
+        valkey_cli_reply(&ip, &["WAIT", "2", "5000"]).await.unwrap(),
         "2"
     );
 
@@ -89,10 +86,9 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     let role = valkey_cli(&ip, &["ROLE"]).await.unwrap();
     assert!(role.starts_with("master"), "{new_master}: {role}");
     assert_eq!(
-        valkey_cli(&ip, &["GET", "before-crash"])
+        valkey_cli_reply(&ip, &["GET", "before-crash"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "kept"
     );
     // The restarted former master follows the new one instead of serving empty.

@@ -8,6 +8,7 @@
 //! Needs the testbed to map the operator image `vko.local/vko:dev` to the workspace's built
 //! binaries (`vko-testbed serve --image vko.local/vko=<target/debug>`), with `vko-sidecar` built.
 
+use vko_e2e::ha_support::valkey_cli_reply;
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -20,7 +21,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use operator_support::{OperatorTest, condition, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{apply_yaml, kubectl, valkey_cli, wait_until};
+use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
@@ -92,17 +93,15 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
     .await
     .unwrap();
     assert_eq!(
-        valkey_cli(&address, &["SET", "greeting", "hello"])
+        valkey_cli_reply(&address, &["SET", "greeting", "hello"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     assert_eq!(
-        valkey_cli(&address, &["GET", "greeting"])
+        valkey_cli_reply(&address, &["GET", "greeting"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "hello"
     );
 

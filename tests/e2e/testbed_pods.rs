@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
-use vko_e2e::ha_support::pod_is_ready;
+use vko_e2e::ha_support::{pod_is_ready, valkey_cli_reply};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -192,14 +192,13 @@ async fn a_valkey_statefulset_replicates_by_fqdn_and_keeps_data_through_its_pvc(
 
     // Data written to vk-0 survives the pod's deletion through its PVC.
     assert_eq!(
-        valkey_cli(&primary_ip, &["SET", "survivor", "still-here"])
+        valkey_cli_reply(&primary_ip, &["SET", "survivor", "still-here"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     assert_eq!(
-        valkey_cli(&primary_ip, &["SAVE"]).await.unwrap().trim(),
+        valkey_cli_reply(&primary_ip, &["SAVE"]).await.unwrap(),
         "OK"
     );
     let old_uid = pods.get("vk-0").await.unwrap().metadata.uid.unwrap();

@@ -6,7 +6,7 @@
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
 //! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-use vko_e2e::ha_support::{pod_is_ready, valkey_pod};
+use vko_e2e::ha_support::{pod_is_ready, valkey_cli_reply, valkey_pod};
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -159,18 +159,14 @@ async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
     let info = valkey_cli(&ip, &["INFO", "server"]).await.unwrap();
     assert_eq!(info_version(&info), Some("9.1.2"), "{info}");
     assert_eq!(
-        valkey_cli(&ip, &["SET", "on-nine", "yes"])
+        valkey_cli_reply(&ip, &["SET", "on-nine", "yes"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     // Both replicas (9.1.2 too) acknowledge the write.
     assert_eq!(
-        valkey_cli(&ip, &["WAIT", "2", "5000"])
-            .await
-            .unwrap()
-            .trim(),
+        valkey_cli_reply(&ip, &["WAIT", "2", "5000"]).await.unwrap(),
         "2"
     );
     for pod in ["nine-0", "nine-1", "nine-2"] {

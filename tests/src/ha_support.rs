@@ -47,6 +47,13 @@ spec:{node_name}
     )
 }
 
+/// What `valkey-cli -h <ip> <args>` answers, without its trailing newline (what the tests compare
+/// with `OK`, a count or a value).
+pub async fn valkey_cli_reply(ip: &str, args: &[&str]) -> anyhow::Result<String> {
+    let answer = vko_testbed::harness::valkey_cli(ip, args).await?;
+    Ok(answer.trim().to_owned())
+}
+
 /// Whether the pod's `Ready` condition is `True`.
 pub fn pod_is_ready(pod: &Pod) -> bool {
     pod.status
