@@ -106,6 +106,26 @@ fn instance_role(body: &str) -> Option<String> {
     Some(rest[..rest.find('"')?].to_owned())
 }
 
+/// Waits until the Valkey `name` is OK with its 2 data pods ready (and says how long that took);
+/// returns the master its status names and the namespace's pods.
+async fn two_pods_ok(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+) -> anyhow::Result<(String, Pods)> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let started = std::time::Instant::now();
+    let valkey =
+        wait_for_valkey(&valkeys, name, what, Duration::from_secs(240), ok_with(2)).await?;
+    println!("{what}: PHASE OK after {:?}", started.elapsed());
+    let master = valkey
+        .status
+        .and_then(|status| status.master_pod)
+        .context("OK without a masterPod")?;
+    Ok((master, Pods::list(client, ns).await?))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password() {
     let test = OperatorTest::start("op-metrics").await.unwrap();
@@ -123,20 +143,9 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     )
     .await
     .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let started = std::time::Instant::now();
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "mx",
-        "2 ready and OK with the exporter",
-        Duration::from_secs(240),
-        ok_with(2),
-    )
-    .await
-    .unwrap();
-    println!("PHASE OK after {:?}", started.elapsed());
-    let master = valkey.status.unwrap().master_pod.unwrap();
-    let pods = Pods::list(&client, &ns).await.unwrap();
+    let (master, pods) = two_pods_ok(&client, &ns, "mx", "2 ready and OK with the exporter")
+        .await
+        .unwrap();
     let data_pods = pods.names_with_prefix("mx-");
     assert_eq!(data_pods, ["mx-0", "mx-1"]);
 
@@ -328,20 +337,14 @@ async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certific
     )
     .await
     .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let started = std::time::Instant::now();
-    let valkey = wait_for_valkey(
-        &valkeys,
+    let (master, pods) = two_pods_ok(
+        &client,
+        &ns,
         "mt",
         "2 ready and OK with TLS and the exporter",
-        Duration::from_secs(240),
-        ok_with(2),
     )
     .await
     .unwrap();
-    println!("TLS: PHASE OK after {:?}", started.elapsed());
-    let master = valkey.status.unwrap().master_pod.unwrap();
-    let pods = Pods::list(&client, &ns).await.unwrap();
     let data_pods = pods.names_with_prefix("mt-");
     assert_eq!(data_pods, ["mt-0", "mt-1"]);
     for pod in &data_pods {
