@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{OperatorTest, condition, wait_for_valkey};
+use operator_support::{OperatorTest, SOLO_VALKEY, condition, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
 use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
@@ -28,13 +28,7 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
     let test = OperatorTest::start("op-solo").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     wait_for_valkey(
         &valkeys,

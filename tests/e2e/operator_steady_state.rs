@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{OperatorTest, ok_with, wait_for_valkey};
+use operator_support::{OperatorTest, SOLO_VALKEY, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_e2e::operator_support;
 use vko_testbed::harness::apply_yaml;
@@ -151,13 +151,7 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
     )
     .await
     .unwrap();
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let long = Duration::from_secs(300);
     wait_for_valkey(&valkeys, "ha", "ha OK with 3 ready", long, ok_with(3))

@@ -38,6 +38,10 @@ pub const OBSERVER_CHECKS: [&str; 10] = [
     "sentinelReplicaHostnamesInvalid",
 ];
 
+/// A standalone Valkey 8.0 named `solo`: one data pod, no Sentinel.
+pub const SOLO_VALKEY: &str = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\n\
+    spec: {replicas: 1, image: valkey/valkey:8.0}\n";
+
 /// PHASE OK with `replicas` ready data pods.
 pub fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool + Copy {
     move |v: &Valkey| {
