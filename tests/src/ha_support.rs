@@ -1,8 +1,8 @@
 //! Shared by the Sentinel HA end-to-end tests: a minimal RESP client (the tests need exact replies
 //! and thousands of commands, so no `valkey-cli` process per command), pod-name/FQDN → pod-IP
 //! resolution, the master as Sentinel names it, writers that record every acknowledged key, the
-//! valkey-server SIGKILL of a pod, a bare Valkey pod and whether a pod is Ready, and the retry loop the HA tests wait
-//! with (`eventually`).
+//! valkey-server SIGKILL of a pod, `valkey-cli`'s trimmed answer, a bare Valkey pod, whether a pod
+//! is Ready, and the retry loop the HA tests wait with (`eventually`).
 
 use std::collections::BTreeMap;
 use std::process::Command;

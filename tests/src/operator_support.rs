@@ -1,7 +1,9 @@
 //! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one for
 //! the whole test binary, shared by every test that runs at the same time, stopped with SIGTERM
-//! when the last test using it ends and started again by the next one), and small helpers to read
-//! a `Valkey`'s status.
+//! when the last test using it ends and started again by the next one), `OperatorTest` (where an
+//! operator test starts: CRD, operator, a namespace of its own), `spawn_operator` for the tests
+//! that run an operator process of their own, shared fixtures (`SOLO_VALKEY`, `OBSERVER_CHECKS`)
+//! and small helpers to read a `Valkey`'s status.
 //!
 //! The operator runs with the testbed's `operator.kubeconfig` (user `vko-e2e-operator`, no groups)
 //! and the chart's ClusterRole and leader-election Role bound to that user, so every operator test
@@ -259,7 +261,7 @@ pub struct OperatorTest {
 }
 
 impl OperatorTest {
-    /// Installs the CRD, starts (or joins) the operator, then creates `<namespace_prefix>-<random>`.
+    /// Installs the CRD, starts (or joins) the operator, creates `<namespace_prefix>-<random>`.
     pub async fn start(namespace_prefix: &str) -> anyhow::Result<OperatorTest> {
         let testbed = Testbed::from_env().await?;
         install_crd(&testbed.client()).await?;
