@@ -14,6 +14,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use vko_api::Valkey;
+use vko_e2e::operator_support::OBSERVER_CHECKS;
 use vko_testbed::harness::{TestNamespace, install_crd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -573,18 +574,7 @@ async fn defaults_of_empty_objects(valkeys: &Api<DynamicObject>) -> anyhow::Resu
     .into_iter()
     .map(|(pointer, value)| (pointer.to_owned(), value))
     .collect();
-    for check in [
-        "masterUnreachable",
-        "writeTestFailure",
-        "readTestFailure",
-        "replicaSyncFailure",
-        "replicaReadTestFailure",
-        "sentinelUnreachable",
-        "sentinelQuorumFailure",
-        "sentinelMasterDown",
-        "sentinelMasterHostnameInvalid",
-        "sentinelReplicaHostnamesInvalid",
-    ] {
+    for check in OBSERVER_CHECKS {
         expectations.push((format!("/spec/observer/unreadyWhen/{check}"), json!(true)));
     }
     for (pointer, expected) in expectations {

@@ -45,7 +45,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, ok_with, wait_for_valkey};
+use operator_support::{SOLO_VALKEY, install_crd, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
@@ -197,13 +197,7 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
         .and_then(|spec| spec.holder_identity);
     assert_eq!(holder.as_deref(), Some(operator_pod.as_str()));
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let started = Instant::now();
     if let Err(error) = wait_for_valkey(

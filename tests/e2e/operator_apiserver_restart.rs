@@ -10,16 +10,17 @@
 //!
 //! Restarts the testbed's API server (the fault API); needs the `vko.local/vko` image mapping.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 
 fn standalone(name: &str) -> String {
     format!(
@@ -78,13 +79,10 @@ async fn timeline(
         let pods = pods.clone();
         let pod = pod.clone();
         async move {
-            let ready = pods.get_opt(&pod).await?.is_some_and(|pod| {
-                pod.status
-                    .and_then(|status| status.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-            });
+            let ready = pods
+                .get_opt(&pod)
+                .await?
+                .is_some_and(|pod| pod_is_ready(&pod));
             Ok(ready.then(Instant::now))
         }
     })
@@ -102,14 +100,8 @@ async fn timeline(
 /// operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_valkey_created_after_an_api_server_restart_is_reconciled_promptly() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-apirestart")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-apirestart").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(&client, &ns, &standalone("before"))
         .await
@@ -118,7 +110,7 @@ async fn exclusive_a_valkey_created_after_an_api_server_restart_is_reconciled_pr
         .await
         .unwrap();
 
-    testbed.fault(Fault::RestartApiserver).await.unwrap();
+    test.testbed.fault(Fault::RestartApiserver).await.unwrap();
     let created = wait_until(
         "the API server to accept the new Valkey",
         Duration::from_secs(60),
@@ -145,5 +137,5 @@ async fn exclusive_a_valkey_created_after_an_api_server_restart_is_reconciled_pr
         fresh.operator_share()
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -23,9 +23,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 
 const PASSWORD: &str = "s3cret-pässword with spaces";
 
@@ -37,12 +37,8 @@ async fn authed(ip: &str, password: &str) -> anyhow::Result<(Conn, Reply)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_auth_disabled() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-auth").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-auth").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -118,17 +114,13 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         assert_eq!(flags, "master", "{sentinel}: {state:?}");
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_deleting_the_pod_with_rdb_aof_and_both() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-persist").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-persist").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let modes = ["rdb", "aof", "both"];
 
     for mode in modes {
@@ -218,7 +210,7 @@ async fn data_survives_deleting_the_pod_with_rdb_aof_and_both() {
         );
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// Every pod of a persistent 3 data + 3 Sentinel cluster deleted at once: nothing in memory
@@ -226,14 +218,8 @@ async fn data_survives_deleting_the_pod_with_rdb_aof_and_both() {
 /// let an empty pod become the master the others resync from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_deleting_every_pod_of_a_persistent_ha_cluster_at_once() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-persist-all")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-persist-all").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     apply_yaml(
         &client,
         &ns,
@@ -344,7 +330,7 @@ async fn data_survives_deleting_every_pod_of_a_persistent_ha_cluster_at_once() {
         Some("value199")
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// (size of the `data` claim template, the first container's resources) of the live StatefulSet.
@@ -369,12 +355,8 @@ async fn statefulset_storage_and_resources(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_changes_on_an_existing_cluster_are_reported_and_never_half_applied() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-storage").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-storage").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     apply_yaml(
         &client,
         &ns,
@@ -588,5 +570,5 @@ async fn storage_changes_on_an_existing_cluster_are_reported_and_never_half_appl
         .unwrap();
     assert_eq!(resources["requests"]["cpu"], "41m", "{resources}");
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

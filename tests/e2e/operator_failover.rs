@@ -21,14 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ha_support::{
-    Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, info, info_field,
-    kill_valkey_server, missing_keys, sentinel_master_host,
+    Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, eventually, info,
+    info_field, kill_valkey_server, missing_keys, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use vko_testbed::harness::apply_yaml;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -75,24 +75,6 @@ async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Resu
     )
     .await?;
     Ok(master)
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 /// The pod Sentinel names master.
@@ -170,12 +152,8 @@ async fn wait_for_writes(writer: &Writer, at_least: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write() {
     let _serial = SERIAL.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-drain").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-drain").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let old_master = create_ha(&client, &ns, "").await.unwrap();
 
     let writer = Writer::start(
@@ -227,7 +205,7 @@ async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write
         missing.iter().take(20).collect::<Vec<_>>()
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,12 +215,8 @@ async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write
 // sidecar re-pointing a replica Sentinel did not reconfigure.
 async fn a_crashed_master_loses_no_write_confirmed_by_both_replicas() {
     let _serial = SERIAL.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-crash").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-crash").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let old_master = create_ha(&client, &ns, "").await.unwrap();
 
     let writer = Writer::start(
@@ -309,18 +283,14 @@ async fn a_crashed_master_loses_no_write_confirmed_by_both_replicas() {
         missing_confirmed.iter().take(20).collect::<Vec<_>>()
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_restarted_in_place_never_serves_empty_to_its_replicas() {
     let _serial = SERIAL.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-guard").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-guard").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let mut master = create_ha(&client, &ns, ", persistence: {enabled: false}")
         .await
         .unwrap();
@@ -405,5 +375,5 @@ async fn a_master_restarted_in_place_never_serves_empty_to_its_replicas() {
         missing_confirmed.iter().take(20).collect::<Vec<_>>()
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use ha_support::{
     Pods, ROLE_LABEL, Reply, SENTINEL_PORT, call, contains_ipv4, endpoint_pods, info, info_field,
+    pod_is_ready,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 
 const NAME: &str = "ha";
 
@@ -36,13 +37,7 @@ async fn wait_all_ok(client: &kube::Client, ns: &str, what: &str) -> anyhow::Res
         let ready = pods
             .by_name
             .values()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_none()
-                    && p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_is_ready(p))
             .count();
         Ok((ready == 6).then_some(()))
     })
@@ -229,12 +224,8 @@ async fn conformance_eventually(client: &kube::Client, ns: &str, key: &str) -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-ha").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-ha").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -295,7 +286,7 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
         .await
         .unwrap();
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// `SentinelPeersStale` with reason `reason`, as (status, message).

@@ -14,7 +14,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -25,7 +25,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::{chart_dir, http_status, install_crd, wait_for_valkey};
+use operator_support::{chart_dir, http_status, install_crd, spawn_operator, wait_for_valkey};
 use vko_api::Valkey;
 use vko_e2e::{ha_support, operator_support};
 use vko_testbed::harness::{
@@ -154,10 +154,6 @@ struct Operator {
 
 impl Operator {
     fn start(identity: &'static str, kubeconfig: &Path) -> anyhow::Result<Operator> {
-        let binary = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
-            .join("debug/vko-operator");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -165,28 +161,8 @@ impl Operator {
             "vko-operator-{identity}-{}.log",
             std::process::id()
         ));
-        let log = std::fs::File::create(&log_path)?;
-        let child = Command::new(&binary)
-            .args([
-                "--health-bind-address",
-                &format!("127.0.0.1:{port}"),
-                "--metrics-bind-address",
-                "0",
-                "--log-format",
-                "text",
-                "--leader-elect",
-                "--leader-election-namespace",
-                E2E_LEASE_NAMESPACE,
-            ])
-            .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
-            .env("KUBECONFIG", kubeconfig)
-            // The Lease holder identity (in a pod: the pod's name).
-            .env("POD_NAME", identity)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        // The Lease holder identity (in a pod: the pod's name).
+        let child = spawn_operator(kubeconfig, port, &log_path, &[], &[("POD_NAME", identity)])?;
         eprintln!(
             "operator {identity} pid {} log {}",
             child.id(),

@@ -23,13 +23,13 @@ use anyhow::Context;
 use ha_support::{Conn, Pods, Reply, VALKEY_PORT, endpoint_pods};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use rcgen::KeyPair;
 use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
 use vko_render::Names;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use vko_testbed::harness::apply_yaml;
 
 const PASSWORD: &str = "exp0rter-pässword";
 const METRICS_PORT: u16 = 9121;
@@ -106,14 +106,30 @@ fn instance_role(body: &str) -> Option<String> {
     Some(rest[..rest.find('"')?].to_owned())
 }
 
+/// Waits until the Valkey `name` is OK with its 2 data pods ready (and says how long that took);
+/// returns the master its status names and the namespace's pods.
+async fn two_pods_ok(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+) -> anyhow::Result<(String, Pods)> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let started = std::time::Instant::now();
+    let valkey =
+        wait_for_valkey(&valkeys, name, what, Duration::from_secs(240), ok_with(2)).await?;
+    println!("{what}: PHASE OK after {:?}", started.elapsed());
+    let master = valkey
+        .status
+        .and_then(|status| status.master_pod)
+        .context("OK without a masterPod")?;
+    Ok((master, Pods::list(client, ns).await?))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-metrics").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-metrics").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -127,20 +143,9 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     )
     .await
     .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let started = std::time::Instant::now();
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "mx",
-        "2 ready and OK with the exporter",
-        Duration::from_secs(240),
-        ok_with(2),
-    )
-    .await
-    .unwrap();
-    println!("PHASE OK after {:?}", started.elapsed());
-    let master = valkey.status.unwrap().master_pod.unwrap();
-    let pods = Pods::list(&client, &ns).await.unwrap();
+    let (master, pods) = two_pods_ok(&client, &ns, "mx", "2 ready and OK with the exporter")
+        .await
+        .unwrap();
     let data_pods = pods.names_with_prefix("mx-");
     assert_eq!(data_pods, ["mx-0", "mx-1"]);
 
@@ -293,7 +298,7 @@ async fn every_data_pod_exports_its_metrics_without_key_values_or_the_password()
     assert_eq!(sample(&body, "redis_up"), Some(1.0), "{body}");
     println!("{master}: /metrics still redis_up 1");
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// (ca.crt, tls.crt, tls.key): a fresh CA and one certificate for the data pods of `name` in `ns`
@@ -309,14 +314,8 @@ fn issue(name: &str, ns: &str) -> anyhow::Result<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certificates() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-metrics-tls")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-metrics-tls").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let (ca, cert, key) = issue("mt", &ns).unwrap();
     let secret = serde_json::json!({
         "apiVersion": "v1",
@@ -338,20 +337,14 @@ async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certific
     )
     .await
     .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let started = std::time::Instant::now();
-    let valkey = wait_for_valkey(
-        &valkeys,
+    let (master, pods) = two_pods_ok(
+        &client,
+        &ns,
         "mt",
         "2 ready and OK with TLS and the exporter",
-        Duration::from_secs(240),
-        ok_with(2),
     )
     .await
     .unwrap();
-    println!("TLS: PHASE OK after {:?}", started.elapsed());
-    let master = valkey.status.unwrap().master_pod.unwrap();
-    let pods = Pods::list(&client, &ns).await.unwrap();
     let data_pods = pods.names_with_prefix("mt-");
     assert_eq!(data_pods, ["mt-0", "mt-1"]);
     for pod in &data_pods {
@@ -385,5 +378,5 @@ async fn the_exporter_reaches_a_tls_valkey_by_its_dns_name_with_the_pod_certific
         assert!(!body.contains(PASSWORD), "{pod} exports the password");
         println!("TLS {pod}: redis_up 1, role {expected_role}");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

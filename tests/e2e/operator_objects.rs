@@ -11,6 +11,7 @@
 //! StorageClass) is named with its own reason in `PodsNotStarting` and a Warning Event; a
 //! hand-written PodDisruptionBudget under our budget name is left alone and reported, not blocking.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::collections::BTreeMap;
@@ -25,11 +26,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Resource, ResourceExt};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{
-    TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
-};
+use vko_testbed::harness::{apply_yaml, kubectl, pod_ip, valkey_cli, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -86,12 +85,8 @@ async fn wait_blocked(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_are_owned_and_go_with_the_valkey_but_the_pvc_stays() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-owners").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-owners").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -232,17 +227,13 @@ spec:
     assert_eq!(claims.len(), 1, "the PVC is never touched: {claims:?}");
     assert!(claims[0].metadata.deletion_timestamp.is_none());
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_config_map_blocks_with_foreign_object_and_stays_untouched() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-foreign").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-foreign").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
@@ -336,17 +327,13 @@ async fn a_foreign_config_map_blocks_with_foreign_object_and_stays_untouched() {
     let ours = cms.get("fo-config").await.unwrap();
     assert_eq!(controller_uid(&ours), valkey.uid());
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_auth_secret_holds_the_statefulset_back_until_it_appears() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-secret").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-secret").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -504,7 +491,7 @@ spec:
     .await
     .unwrap();
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// Sets the `password` key of the auth Secret `name` (created if missing).
@@ -530,12 +517,8 @@ async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) -> anyh
 /// sidecar's init refuses `VALKEY_PASSWORD=""`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_or_blank_password_is_refused_and_never_means_no_password() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-pwempty").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-pwempty").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     put_password(&secrets, "pwe-password", "").await.unwrap();
 
@@ -662,13 +645,7 @@ spec:
     .await
     .unwrap();
     let (pod, init) = refused;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = pod_is_ready(&pod);
     assert!(!ready, "a pod without its password is never Ready");
     let log = kubectl(&["logs", "-n", &ns, "pwe-0", "-c", &init])
         .await
@@ -692,7 +669,7 @@ spec:
     wait_for_valkey(&valkeys, "pwe", "PHASE OK again", TIMEOUT, ok_with(1))
         .await
         .unwrap();
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// The Warning Events with `reason` about `regarding`.
@@ -720,12 +697,8 @@ fn secured_cw(sentinel_auth_disabled: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn risky_specs_get_a_configuration_warning_condition_and_one_event_per_warning() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-cfgwarn").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-cfgwarn").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     // No auth, metrics on, 2 Sentinels with a PDB, Sentinel over one data pod.
     apply_yaml(
@@ -854,12 +827,8 @@ fn valkeys_namespace(valkey: &Valkey) -> anyhow::Result<String> {
 /// nodes), a StorageClass that does not exist; fixing the image clears it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_cannot_start_is_named_with_its_own_reason() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-podwhy").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-podwhy").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let image_yaml = |image: &str| {
         format!(
@@ -931,12 +900,8 @@ async fn a_pod_that_cannot_start_is_named_with_its_own_reason() {
 /// the reference does; the cluster is not blocked and reaches OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_pod_disruption_budget_is_left_alone_and_reported() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-pdbown").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-pdbown").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     apply_yaml(
         &client,
         &ns,
@@ -1003,5 +968,5 @@ async fn a_foreign_pod_disruption_budget_is_left_alone_and_reported() {
         !managers.iter().any(|m| m == "vko-operator"),
         "the operator wrote the foreign budget: {managers:?}"
     );
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

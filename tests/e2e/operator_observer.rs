@@ -9,6 +9,7 @@
 //!
 //! The observer has no API access: it finds every pod by its DNS name, as in a real cluster.
 
+use vko_e2e::ha_support::pod_is_ready;
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -16,26 +17,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OBSERVER_CHECKS, OperatorTest, ok_with, wait_for_valkey};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
+use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
 
 const OBSERVER_PORT: u16 = 8084;
-const CHECKS: [&str; 10] = [
-    "masterUnreachable",
-    "writeTestFailure",
-    "readTestFailure",
-    "replicaSyncFailure",
-    "replicaReadTestFailure",
-    "sentinelUnreachable",
-    "sentinelQuorumFailure",
-    "sentinelMasterDown",
-    "sentinelMasterHostnameInvalid",
-    "sentinelReplicaHostnamesInvalid",
-];
 
 /// The two tests each run a 3+3 (or 2+3) cluster; one at a time keeps a 2-core machine honest.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -91,13 +80,6 @@ fn counter(metrics: &str, check: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The observer pod of Valkey `name` (a Deployment pod `<name>-observer-<hash>-<id>`) with
 /// readiness `ready`; returns (pod name, IP).
 async fn observer_pod(
@@ -121,7 +103,7 @@ async fn observer_pod(
                     let ip = pod.status.as_ref()?.pod_ip.clone()?;
                     (pod.name_any().starts_with(&prefix)
                         && pod.metadata.deletion_timestamp.is_none()
-                        && pod_ready(&pod) == ready)
+                        && pod_is_ready(&pod) == ready)
                         .then(|| (pod.name_any(), ip))
                 }))
             }
@@ -153,7 +135,9 @@ async fn readyz_until(
 }
 
 fn all_pass(code: u16, body: &Value) -> bool {
-    code == 200 && body["ready"] == true && CHECKS.iter().all(|c| check(body, c).0 == "pass")
+    code == 200
+        && body["ready"] == true
+        && OBSERVER_CHECKS.iter().all(|c| check(body, c).0 == "pass")
 }
 
 async fn wait_ok(client: &kube::Client, ns: &str, name: &str, replicas: i32) -> anyhow::Result<()> {
@@ -190,12 +174,8 @@ async fn wait_observer_ready_status(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replica() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-observer").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-observer").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "obs";
 
     apply_yaml(
@@ -226,7 +206,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     .await
     .unwrap();
     eprintln!("/readyz: {body:#}");
-    for name in CHECKS {
+    for name in OBSERVER_CHECKS {
         assert_eq!(body["checks"][name]["unreadyOnFailure"], true, "{name}");
     }
     let master = body["master"].as_str().unwrap().to_owned();
@@ -248,7 +228,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
     let (code, metrics) = http_get(&ip, "/metrics").await.unwrap();
     assert_eq!(code, 200);
     assert!(metrics.contains("vko_observer_ready 1"), "{metrics}");
-    for name in CHECKS {
+    for name in OBSERVER_CHECKS {
         assert!(
             metrics.contains(&format!("vko_observer_check_ok{{check=\"{name}\"}} 1")),
             "{name} in {metrics}"
@@ -272,7 +252,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         .unwrap()
         .to_owned();
     eprintln!("master {master_pod}; partitioning replica {replica}");
-    testbed
+    test.testbed
         .fault(Fault::Partition {
             namespace: ns.clone(),
             pod: replica.clone(),
@@ -312,7 +292,7 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         .await
         .unwrap();
 
-    testbed
+    test.testbed
         .fault(Fault::Heal {
             namespace: ns.clone(),
             pod: replica.clone(),
@@ -339,20 +319,14 @@ async fn observer_is_ready_on_a_healthy_cluster_and_reports_a_partitioned_replic
         "the failures were counted: {metrics}"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_ready() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-observer-off")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-observer-off").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "obs2";
 
     apply_yaml(
@@ -402,7 +376,7 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
             }
         }
     };
-    testbed.fault(pause(true)).await.unwrap();
+    test.testbed.fault(pause(true)).await.unwrap();
     let (code, body) = readyz_until(
         &ip,
         "sentinelUnreachable failing",
@@ -450,7 +424,7 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
         .await
         .unwrap();
 
-    testbed.fault(pause(false)).await.unwrap();
+    test.testbed.fault(pause(false)).await.unwrap();
     readyz_until(
         &ip,
         "every check passing after the resume",
@@ -460,5 +434,5 @@ async fn a_check_turned_off_in_unready_when_is_reported_but_keeps_the_observer_r
     .await
     .unwrap();
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

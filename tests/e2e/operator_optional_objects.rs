@@ -79,6 +79,74 @@ where
         .collect())
 }
 
+/// The Deployments, PodDisruptionBudgets, NetworkPolicies and StatefulSets in `namespace`: the
+/// kinds that come and go with the optional settings (the StatefulSets for the Sentinel tier).
+async fn optional_object_names(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<ObjectNames, kube::Error> {
+    Ok((
+        names::<Deployment>(client, namespace).await?,
+        names::<PodDisruptionBudget>(client, namespace).await?,
+        names::<NetworkPolicy>(client, namespace).await?,
+        names::<StatefulSet>(client, namespace).await?,
+    ))
+}
+
+/// Deployments, PodDisruptionBudgets, NetworkPolicies, StatefulSets.
+type ObjectNames = (
+    BTreeSet<String>,
+    BTreeSet<String>,
+    BTreeSet<String>,
+    BTreeSet<String>,
+);
+
+/// Waits until the optional kinds' names satisfy `wanted` and returns them.
+async fn wait_for_optional_objects(
+    client: &kube::Client,
+    namespace: &str,
+    what: &str,
+    wanted: impl Fn(&ObjectNames) -> bool,
+) -> vko_testbed::Result<ObjectNames> {
+    let wanted = &wanted;
+    wait_until(what, TIMEOUT, || async move {
+        let names = optional_object_names(client, namespace).await?;
+        Ok(wanted(&names).then_some(names))
+    })
+    .await
+}
+
+/// The Services, ConfigMaps and ServiceAccounts in `namespace` (some of them go with a setting,
+/// none may appear when one is turned off).
+async fn other_object_names(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<(BTreeSet<String>, BTreeSet<String>, BTreeSet<String>), kube::Error> {
+    Ok((
+        names::<Service>(client, namespace).await?,
+        names::<ConfigMap>(client, namespace).await?,
+        names::<ServiceAccount>(client, namespace).await?,
+    ))
+}
+
+/// Whether there are Deployments, PodDisruptionBudgets and NetworkPolicies, and how many of the
+/// StatefulSets are "opt"'s (the data tier, and the Sentinel tier while it is on).
+fn presence(names: &ObjectNames) -> ([bool; 3], usize) {
+    let opt_statefulsets = names
+        .3
+        .iter()
+        .filter(|name| name.starts_with("opt"))
+        .count();
+    (
+        [
+            !names.0.is_empty(),
+            !names.1.is_empty(),
+            !names.2.is_empty(),
+        ],
+        opt_statefulsets,
+    )
+}
+
 fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<DynamicObject> {
     let (group, version, kind, plural) = FOREIGN_CRDS[index];
     let resource = ApiResource {
@@ -153,33 +221,13 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
     eprintln!("certificate {certificate}, service monitor {service_monitor}");
 
     // Everything "opt" wants, with the Sentinel tier's StatefulSet next to the data one.
-    let on = wait_until("opt's optional objects", TIMEOUT, || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let snapshot = (
-                names::<Deployment>(&client, &ns).await?,
-                names::<PodDisruptionBudget>(&client, &ns).await?,
-                names::<NetworkPolicy>(&client, &ns).await?,
-                names::<StatefulSet>(&client, &ns).await?,
-            );
-            let complete = !snapshot.0.is_empty()
-                && !snapshot.1.is_empty()
-                && !snapshot.2.is_empty()
-                && snapshot
-                    .3
-                    .iter()
-                    .filter(|name| name.starts_with("opt"))
-                    .count()
-                    == 2;
-            Ok(complete.then_some(snapshot))
-        }
+    let on = wait_for_optional_objects(&client, &ns, "opt's optional objects", |names| {
+        presence(names) == ([true; 3], 2)
     })
     .await
     .unwrap();
-    let services_on = names::<Service>(&client, &ns).await.unwrap();
-    let config_maps_on = names::<ConfigMap>(&client, &ns).await.unwrap();
-    let service_accounts_on = names::<ServiceAccount>(&client, &ns).await.unwrap();
+    let (services_on, config_maps_on, service_accounts_on) =
+        other_object_names(&client, &ns).await.unwrap();
     eprintln!(
         "on: deployments {:?}, budgets {:?}, network policies {:?}, statefulsets {:?}, services {services_on:?}, \
          config maps {config_maps_on:?}, service accounts {service_accounts_on:?}",
@@ -192,33 +240,16 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
     // The same field manager applies without the optional fields: the API server drops them.
     apply_yaml(&client, &ns, all_off).await.unwrap();
 
-    let off = wait_until("opt's optional objects to be deleted", TIMEOUT, || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let snapshot = (
-                names::<Deployment>(&client, &ns).await?,
-                names::<PodDisruptionBudget>(&client, &ns).await?,
-                names::<NetworkPolicy>(&client, &ns).await?,
-                names::<StatefulSet>(&client, &ns).await?,
-            );
-            let gone = snapshot.0.is_empty()
-                && snapshot.1.is_empty()
-                && snapshot.2.is_empty()
-                && snapshot
-                    .3
-                    .iter()
-                    .filter(|name| name.starts_with("opt"))
-                    .count()
-                    == 1;
-            Ok(gone.then_some(snapshot))
-        }
-    })
+    let off = wait_for_optional_objects(
+        &client,
+        &ns,
+        "opt's optional objects to be deleted",
+        |names| presence(names) == ([false; 3], 1),
+    )
     .await
     .unwrap();
-    let services_off = names::<Service>(&client, &ns).await.unwrap();
-    let config_maps_off = names::<ConfigMap>(&client, &ns).await.unwrap();
-    let service_accounts_off = names::<ServiceAccount>(&client, &ns).await.unwrap();
+    let (services_off, config_maps_off, service_accounts_off) =
+        other_object_names(&client, &ns).await.unwrap();
     eprintln!(
         "off: statefulsets {:?}, services {services_off:?}, config maps {config_maps_off:?}, \
          service accounts {service_accounts_off:?}",

@@ -10,91 +10,60 @@
 
 use vko_e2e::{ha_support, operator_support};
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ha_support::{Follow, Pods, Writer, endpoint_pods, missing_keys, role_master_pod};
+use ha_support::{
+    Follow, Pods, Writer, endpoint_pods, kill_valkey_server, missing_keys, role_master_pod,
+    valkey_cli_reply,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use operator_support::{events_about, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, events_about, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, pod_ip, valkey_cli};
+use vko_testbed::harness::{apply_yaml, pod_ip, valkey_cli};
 
-/// SIGKILLs the valkey-server running in `pod`'s network namespace.
-async fn kill_valkey_server(
-    client: &kube::Client,
-    namespace: &str,
-    pod: &str,
-) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
-    let netns = format!(
-        "vkotb-{}",
-        uid.replace('-', "").get(..12).unwrap_or_default()
-    );
-    let pids = Command::new("pgrep")
-        .args(["-x", "valkey-server"])
-        .output()?;
-    let mut killed = 0;
-    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-        let identify = Command::new("ip")
-            .args(["netns", "identify", pid])
-            .output()?;
-        if String::from_utf8_lossy(&identify.stdout).trim() == netns {
-            Command::new("kill").args(["-KILL", pid]).status()?;
-            killed += 1;
-        }
-    }
-    anyhow::ensure!(
-        killed == 1,
-        "expected exactly one valkey-server in {netns}, killed {killed}"
-    );
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-trio").await.unwrap();
-    let ns = namespace.name().to_owned();
-
+/// The Valkey `trio` (3 data pods, no Sentinel) applied in `ns` and OK with 3 ready; its API and
+/// the master pod the status names.
+async fn trio_ok(client: &kube::Client, ns: &str) -> anyhow::Result<(Api<Valkey>, String)> {
     apply_yaml(
-        &client,
-        &ns,
+        client,
+        ns,
         "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
     )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = ok_with(3);
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
     let valkey = wait_for_valkey(
         &valkeys,
         "trio",
         "3 ready and OK",
         Duration::from_secs(180),
-        ok,
+        ok_with(3),
     )
-    .await
-    .unwrap();
-    let old_master = valkey.status.unwrap().master_pod.unwrap();
+    .await?;
+    let master = valkey
+        .status
+        .and_then(|status| status.master_pod)
+        .ok_or_else(|| anyhow::anyhow!("trio is OK without a masterPod"))?;
+    Ok((valkeys, master))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
+    let test = OperatorTest::start("op-trio").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+
+    let (valkeys, old_master) = trio_ok(&client, &ns).await.unwrap();
 
     let ip = pod_ip(&client, &ns, &old_master).await.unwrap();
     assert_eq!(
-        valkey_cli(&ip, &["SET", "before-crash", "kept"])
+        valkey_cli_reply(&ip, &["SET", "before-crash", "kept"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     // Acknowledged by both replicas before the crash.
     assert_eq!(
-        valkey_cli(&ip, &["WAIT", "2", "5000"])
-            .await
-            .unwrap()
-            .trim(),
+        valkey_cli_reply(&ip, &["WAIT", "2", "5000"]).await.unwrap(),
         "2"
     );
 
@@ -105,7 +74,7 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
         "a new master recorded and the cluster OK again",
         Duration::from_secs(120),
         |v| {
-            ok(v)
+            ok_with(3)(v)
                 && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
                     != Some(old_master.as_str())
         },
@@ -117,10 +86,9 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     let role = valkey_cli(&ip, &["ROLE"]).await.unwrap();
     assert!(role.starts_with("master"), "{new_master}: {role}");
     assert_eq!(
-        valkey_cli(&ip, &["GET", "before-crash"])
+        valkey_cli_reply(&ip, &["GET", "before-crash"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "kept"
     );
     // The restarted former master follows the new one instead of serving empty.
@@ -128,38 +96,16 @@ async fn a_crashed_master_is_replaced_by_the_most_caught_up_replica() {
     let old_role = valkey_cli(&old_ip, &["ROLE"]).await.unwrap();
     assert!(old_role.starts_with("slave"), "{old_master}: {old_role}");
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_an_acknowledged_write()
  {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-trio-del").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-trio-del").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: trio}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let ok = ok_with(3);
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "trio",
-        "3 ready and OK",
-        Duration::from_secs(180),
-        ok,
-    )
-    .await
-    .unwrap();
-    let old_master = valkey.status.unwrap().master_pod.unwrap();
+    let (valkeys, old_master) = trio_ok(&client, &ns).await.unwrap();
 
     let writer = Writer::start_following(
         client.clone(),
@@ -201,7 +147,7 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
         "OK with the new master recorded",
         Duration::from_secs(180),
         |v| {
-            ok(v)
+            ok_with(3)(v)
                 && v.status.as_ref().and_then(|s| s.master_pod.as_deref())
                     == Some(new_master.as_str())
         },
@@ -255,5 +201,5 @@ async fn deleting_the_master_pod_hands_over_to_a_synced_replica_without_losing_a
         "the operator promoted during the handover: {promotions:?}"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

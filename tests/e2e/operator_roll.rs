@@ -21,14 +21,16 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ha_support::{
-    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, info, info_field, missing_keys,
-    role_master_pod, sentinel_master_host,
+    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, eventually, info, info_field,
+    missing_keys, pod_is_ready, role_master_pod, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use operator_support::{condition, http_status, install_crd, operator, wait_for_valkey};
+use operator_support::{
+    OperatorTest, condition, http_status, install_crd, operator, spawn_operator, wait_for_valkey,
+};
 use vko_api::{Phase, Valkey};
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
@@ -59,24 +61,6 @@ impl Shape {
             Follow::Sentinel
         } else {
             Follow::RoleMaster
-        }
-    }
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
 }
@@ -529,14 +513,8 @@ async fn one_data_three_sentinels_roll_without_losing_a_write() {
 /// the lossless roll of the data tier (the Sentinel tier keeps its pods), under the writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "roll-metrics")
-        .await
-        .unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("roll-metrics").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let name = "metrics";
     let shape = Shape {
         replicas: 3,
@@ -585,7 +563,7 @@ async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write()
         });
         assert!(exporter_ready, "{pod} runs a ready exporter container");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -621,12 +599,6 @@ impl OwnOperator {
 
     /// As [`OwnOperator::start`], rendering `image` as the sidecar's (the chart's image value).
     fn start_with_image(image: &str) -> anyhow::Result<OwnOperator> {
-        let binary = std::env::var_os("CARGO_TARGET_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
-            })
-            .join("debug/vko-operator");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -636,27 +608,13 @@ impl OwnOperator {
             "vko-operator-roll-kill-{}-{port}.log",
             std::process::id()
         ));
-        let log = std::fs::File::create(&log_path)?;
-        let child = std::process::Command::new(&binary)
-            .args([
-                "--health-bind-address",
-                &format!("127.0.0.1:{port}"),
-                "--metrics-bind-address",
-                "0",
-                "--log-format",
-                "text",
-                "--leader-elect",
-                "--leader-election-namespace",
-                "default",
-                "--operator-image",
-                image,
-            ])
-            .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
-            .env("KUBECONFIG", &kubeconfig)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let child = spawn_operator(
+            &kubeconfig,
+            port,
+            &log_path,
+            &["--operator-image", image],
+            &[],
+        )?;
         eprintln!("own operator pid {} log {}", child.id(), log_path.display());
         Ok(OwnOperator {
             child,
@@ -991,16 +949,7 @@ async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fi
             "the master pod was replaced while the roll was held"
         );
         assert_eq!(masters(&pods, name).await, vec![master.clone()]);
-        let not_ready = pods
-            .by_name
-            .values()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_none_or(|c| !c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
+        let not_ready = pods.by_name.values().filter(|p| !pod_is_ready(p)).count();
         assert!(not_ready <= 1, "{not_ready} pods not ready while held");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -21,14 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ha_support::{
-    Conn, Pods, Reply, VALKEY_PORT, WriteLog, Writer, dump_container_logs, endpoint_pods, info,
-    info_field, missing_keys, sentinel_master_host,
+    Conn, Pods, Reply, VALKEY_PORT, WriteLog, Writer, dump_container_logs, endpoint_pods,
+    eventually, info, info_field, missing_keys, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl_output};
+use vko_testbed::harness::{apply_yaml, kubectl_output};
 
 const NAME: &str = "svc";
 const WRITER_POD: &str = "rw-writer";
@@ -60,24 +60,6 @@ spec:
       done
 "#
     )
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 async fn cluster_ip(client: &kube::Client, ns: &str, service: &str) -> anyhow::Result<String> {
@@ -554,12 +536,8 @@ async fn handover_through_the_service(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_ip_services_route_to_the_master_and_replicas_and_follow_a_handover() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-svc").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-svc").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let started = Instant::now();
 
     apply_yaml(
@@ -591,7 +569,7 @@ async fn cluster_ip_services_route_to_the_master_and_replicas_and_follow_a_hando
         "cluster, checks and handover took {:?} (without the operator start and the cleanup)",
         started.elapsed()
     );
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! Needs the testbed to map the operator image `vko.local/vko:dev` to the workspace's built
 //! binaries (`vko-testbed serve --image vko.local/vko=<target/debug>`), with `vko-sidecar` built.
 
+use vko_e2e::ha_support::valkey_cli_reply;
 use vko_e2e::operator_support;
 
 use std::time::Duration;
@@ -17,27 +18,17 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{condition, install_crd, operator, wait_for_valkey};
+use operator_support::{OperatorTest, SOLO_VALKEY, condition, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, valkey_cli, wait_until};
+use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-solo").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-solo").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     wait_for_valkey(
         &valkeys,
@@ -96,17 +87,15 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
     .await
     .unwrap();
     assert_eq!(
-        valkey_cli(&address, &["SET", "greeting", "hello"])
+        valkey_cli_reply(&address, &["SET", "greeting", "hello"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     assert_eq!(
-        valkey_cli(&address, &["GET", "greeting"])
+        valkey_cli_reply(&address, &["GET", "greeting"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "hello"
     );
 
@@ -116,7 +105,7 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
         pod: "solo-0".into(),
         container: "sidecar".into(),
     };
-    testbed.fault(pause).await.unwrap();
+    test.testbed.fault(pause).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.patch(
         "solo-0",
@@ -149,7 +138,7 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
         pod: "solo-0".into(),
         container: "sidecar".into(),
     };
-    testbed.fault(resume).await.unwrap();
+    test.testbed.fault(resume).await.unwrap();
     let started = std::time::Instant::now();
     wait_for_valkey(
         &valkeys,
@@ -173,5 +162,5 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
         Some("master")
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

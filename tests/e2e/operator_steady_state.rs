@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, SOLO_VALKEY, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_e2e::operator_support;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use vko_testbed::harness::apply_yaml;
 use vko_testbed::paths::Paths;
 use vko_testbed::pki::E2E_OPERATOR_USER;
 
@@ -141,12 +141,8 @@ async fn writes_after_change(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_changed() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-steady").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-steady").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     apply_yaml(
         &client,
@@ -155,13 +151,7 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
     )
     .await
     .unwrap();
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\nspec: {replicas: 1, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
+    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let long = Duration::from_secs(300);
     wait_for_valkey(&valkeys, "ha", "ha OK with 3 ready", long, ok_with(3))
@@ -297,5 +287,5 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
         "the operator's label value is back"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

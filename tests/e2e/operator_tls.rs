@@ -36,12 +36,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use ha_support::{Pods, ROLE_LABEL, WriteLog, contains_ipv4, dump_container_logs, endpoint_pods};
+use ha_support::{
+    Pods, ROLE_LABEL, WriteLog, contains_ipv4, dump_container_logs, endpoint_pods, eventually,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
 use tls_support::{Ca, pod_certificate_params};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,7 +51,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use vko_api::Valkey;
 use vko_render::Names;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::harness::{apply_yaml, wait_until};
 use vko_valkey::parse::ReplicationRole;
 use vko_valkey::{ConnectOptions, Reply, SentinelClient, TlsOptions, ValkeyClient};
 
@@ -177,24 +179,6 @@ impl Dial {
             }
         }
         bail!("no Sentinel named the master over TLS (last: {last:?})")
-    }
-}
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
     }
 }
 
@@ -963,12 +947,8 @@ async fn ca_rotation_rolls_without_loss(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without_loss() {
     vko_valkey::install_default_crypto_provider();
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-tls").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-tls").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let material = issue(&ns).unwrap();
     let dial = Dial {
         ca: material.ca.clone().into_bytes(),
@@ -989,7 +969,7 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
         panic!("{error:#}");
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 /// Dual-port mode (reference "Dual-Port Mode"): with `tls.allowUnencrypted` and
@@ -999,12 +979,8 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tls() {
     vko_valkey::install_default_crypto_provider();
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-tls-dual").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-tls-dual").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
     let material = issue(&ns).unwrap();
     let dial = Dial {
         ca: material.ca.clone().into_bytes(),
@@ -1087,5 +1063,5 @@ async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tl
         dump_container_logs(&client, &ns, 60).await;
         panic!("{error:#}");
     }
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

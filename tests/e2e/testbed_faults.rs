@@ -10,6 +10,7 @@
 //! pod.
 
 use std::time::{Duration, Instant};
+use vko_e2e::ha_support::{pod_is_ready, valkey_pod};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -22,25 +23,9 @@ use vko_testbed::harness::{
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A Valkey pod on `node` (and, with `peer`, a shell pod next to it to reach it from).
-fn valkey_pod(name: &str, node: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  nodeName: {node}
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: valkey
-    image: valkey/valkey:8.0
-    args: ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
-    readinessProbe:
-      exec: {{command: ["valkey-cli", "ping"]}}
-      periodSeconds: 1
-"#
-    )
+/// A Valkey 8.0 pod on `node` (the shell pod below reaches it from another node).
+fn valkey_pod_on(name: &str, node: &str) -> String {
+    valkey_pod(name, "valkey/valkey:8.0", Some(node))
 }
 
 fn shell_pod(name: &str, node: &str) -> String {
@@ -58,17 +43,6 @@ spec:
     command: ["sleep", "100000"]
 "#
     )
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
 }
 
 fn restart_count(pod: &Pod) -> i32 {
@@ -92,7 +66,7 @@ async fn wait_ready(
         let name = name.to_string();
         async move {
             let pod = pods.get(&name).await?;
-            Ok((ready(&pod) == want).then_some(pod))
+            Ok((pod_is_ready(&pod) == want).then_some(pod))
         }
     })
     .await
@@ -113,7 +87,7 @@ async fn a_crashed_container_restarts_in_place_with_restart_count_plus_one() {
     let client = testbed.client();
     let namespace = TestNamespace::create(&client, "fault-crash").await.unwrap();
     let ns = namespace.name().to_string();
-    apply_yaml(&client, &ns, &valkey_pod("vk", "node-1"))
+    apply_yaml(&client, &ns, &valkey_pod_on("vk", "node-1"))
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -135,7 +109,7 @@ async fn a_crashed_container_restarts_in_place_with_restart_count_plus_one() {
         let pods = pods.clone();
         async move {
             let pod = pods.get("vk").await?;
-            Ok((restart_count(&pod) == 1 && ready(&pod)).then_some(pod))
+            Ok((restart_count(&pod) == 1 && pod_is_ready(&pod)).then_some(pod))
         }
     })
     .await
@@ -166,7 +140,7 @@ async fn a_partitioned_pod_is_unreachable_from_its_peer_until_healed() {
         .await
         .unwrap();
     let ns = namespace.name().to_string();
-    apply_yaml(&client, &ns, &valkey_pod("vk", "node-1"))
+    apply_yaml(&client, &ns, &valkey_pod_on("vk", "node-1"))
         .await
         .unwrap();
     apply_yaml(&client, &ns, &shell_pod("peer", "node-2"))
@@ -246,7 +220,7 @@ async fn a_paused_server_stops_answering_and_answers_again_when_resumed() {
     let client = testbed.client();
     let namespace = TestNamespace::create(&client, "fault-pause").await.unwrap();
     let ns = namespace.name().to_string();
-    apply_yaml(&client, &ns, &valkey_pod("vk", "node-2"))
+    apply_yaml(&client, &ns, &valkey_pod_on("vk", "node-2"))
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -340,7 +314,7 @@ async fn exclusive_a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gon
     let client = testbed.client();
     let namespace = TestNamespace::create(&client, "fault-node").await.unwrap();
     let ns = namespace.name().to_string();
-    apply_yaml(&client, &ns, &valkey_pod("vk", "node-3"))
+    apply_yaml(&client, &ns, &valkey_pod_on("vk", "node-3"))
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -420,7 +394,7 @@ async fn exclusive_a_nodes_pods_are_ready_again_once_its_paused_heartbeats_resum
         .await
         .unwrap();
     let ns = namespace.name().to_string();
-    apply_yaml(&client, &ns, &valkey_pod("vk", "node-3"))
+    apply_yaml(&client, &ns, &valkey_pod_on("vk", "node-3"))
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -37,6 +37,30 @@ async fn ready_restart_count(pods: &Api<Pod>, name: &str) -> vko_testbed::Result
         .map(|container| container.restart_count))
 }
 
+/// Waits until `vk` runs with its container ready after `restarts` restarts.
+async fn wait_running_with_restarts(
+    pods: &Api<Pod>,
+    what: &str,
+    restarts: i32,
+) -> vko_testbed::Result<()> {
+    wait_until(what, Duration::from_secs(60), || async move {
+        Ok(ready_restart_count(pods, "vk")
+            .await?
+            .filter(|count| *count == restarts)
+            .map(|_| ()))
+    })
+    .await
+}
+
+/// The `run_id` of `vk`'s server (`INFO server` through `kubectl exec`): a new one after a restart.
+async fn run_id(ns: &str) -> anyhow::Result<String> {
+    let info = kubectl(&["exec", "-n", ns, "vk", "--", "valkey-cli", "info", "server"]).await?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .ok_or_else(|| anyhow::anyhow!("no run_id in {info}"))
+}
+
 #[tokio::test]
 async fn kubectl_logs_and_exec_work_through_the_kubelet_api() {
     let testbed = Testbed::from_env().await.unwrap();
@@ -47,16 +71,9 @@ async fn kubectl_logs_and_exec_work_through_the_kubelet_api() {
     let ns = namespace.name().to_string();
     apply_yaml(&client, &ns, POD).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    wait_until("vk to run", Duration::from_secs(60), || {
-        let pods = pods.clone();
-        async move {
-            Ok(ready_restart_count(&pods, "vk")
-                .await?
-                .filter(|count| *count == 0))
-        }
-    })
-    .await
-    .unwrap();
+    wait_running_with_restarts(&pods, "vk to run", 0)
+        .await
+        .unwrap();
 
     // The server's own log, through containerLogs.
     let logs = wait_until(
@@ -131,24 +148,7 @@ async fn kubectl_logs_and_exec_work_through_the_kubelet_api() {
         .await
         .unwrap();
     assert!(!none.status.success(), "{none:?}");
-    let marker = kubectl(&[
-        "exec",
-        "-n",
-        &ns,
-        "vk",
-        "--",
-        "valkey-cli",
-        "info",
-        "server",
-    ])
-    .await
-    .unwrap();
-    let first_run_id = marker
-        .lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let first_run_id = run_id(&ns).await.unwrap();
     testbed
         .fault(Fault::Crash {
             namespace: ns.clone(),
@@ -157,16 +157,9 @@ async fn kubectl_logs_and_exec_work_through_the_kubelet_api() {
         })
         .await
         .unwrap();
-    wait_until("vk to run again", Duration::from_secs(60), || {
-        let pods = pods.clone();
-        async move {
-            Ok(ready_restart_count(&pods, "vk")
-                .await?
-                .filter(|count| *count == 1))
-        }
-    })
-    .await
-    .unwrap();
+    wait_running_with_restarts(&pods, "vk to run again", 1)
+        .await
+        .unwrap();
     let previous = kubectl(&["logs", "-n", &ns, "vk", "-c", "valkey", "--previous"])
         .await
         .unwrap();
@@ -178,23 +171,7 @@ async fn kubectl_logs_and_exec_work_through_the_kubelet_api() {
         previous.contains("Ready to accept connections"),
         "{previous}"
     );
-    let second_run_id = kubectl(&[
-        "exec",
-        "-n",
-        &ns,
-        "vk",
-        "--",
-        "valkey-cli",
-        "info",
-        "server",
-    ])
-    .await
-    .unwrap()
-    .lines()
-    .find_map(|line| line.strip_prefix("run_id:"))
-    .unwrap()
-    .trim()
-    .to_string();
+    let second_run_id = run_id(&ns).await.unwrap();
     assert_ne!(first_run_id, second_run_id, "the server was restarted");
 
     namespace.cleanup().await.unwrap();

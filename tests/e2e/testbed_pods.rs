@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+use vko_e2e::ha_support::{pod_is_ready, valkey_cli_reply};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -74,16 +75,9 @@ spec:
       resources: {requests: {storage: 1Gi}}
 "#;
 
+/// Running, and its `Ready` condition `True`.
 fn is_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && pod_is_ready(pod)
 }
 
 /// The three pods, once all of them are Running and Ready (and not being deleted).
@@ -198,14 +192,13 @@ async fn a_valkey_statefulset_replicates_by_fqdn_and_keeps_data_through_its_pvc(
 
     // Data written to vk-0 survives the pod's deletion through its PVC.
     assert_eq!(
-        valkey_cli(&primary_ip, &["SET", "survivor", "still-here"])
+        valkey_cli_reply(&primary_ip, &["SET", "survivor", "still-here"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     assert_eq!(
-        valkey_cli(&primary_ip, &["SAVE"]).await.unwrap().trim(),
+        valkey_cli_reply(&primary_ip, &["SAVE"]).await.unwrap(),
         "OK"
     );
     let old_uid = pods.get("vk-0").await.unwrap().metadata.uid.unwrap();

@@ -6,49 +6,19 @@
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
 //! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
+use vko_e2e::ha_support::{pod_is_ready, valkey_cli_reply, valkey_pod};
 use vko_e2e::operator_support;
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{
     TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
 };
 use vko_testbed::kubelet::images::VALKEY_TAG_MAP;
-
-/// A Valkey pod of `image`, Ready when its own `valkey-cli` gets `PONG`.
-fn valkey_pod(name: &str, image: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: valkey
-    image: {image}
-    args: ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
-    readinessProbe:
-      exec: {{command: ["valkey-cli", "ping"]}}
-      periodSeconds: 1
-"#
-    )
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
 
 /// The `valkey_version:` line of `INFO server`.
 fn info_version(info: &str) -> Option<&str> {
@@ -79,11 +49,11 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
     ];
     let applied = std::time::Instant::now();
     for (name, image, _) in cases {
-        apply_yaml(&client, &ns, &valkey_pod(name, image))
+        apply_yaml(&client, &ns, &valkey_pod(name, image, None))
             .await
             .unwrap();
     }
-    apply_yaml(&client, &ns, &valkey_pod("v72", "valkey/valkey:7.2"))
+    apply_yaml(&client, &ns, &valkey_pod("v72", "valkey/valkey:7.2", None))
         .await
         .unwrap();
 
@@ -93,7 +63,7 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
             Duration::from_secs(90),
             || {
                 let pods = pods.clone();
-                async move { Ok(ready(&pods.get(name).await?).then_some(())) }
+                async move { Ok(pod_is_ready(&pods.get(name).await?).then_some(())) }
             },
         )
         .await
@@ -159,12 +129,8 @@ async fn each_mapped_tag_runs_its_release_and_an_unmapped_one_is_err_image_pull(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "vk-nine").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("vk-nine").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
 
     let started = std::time::Instant::now();
     apply_yaml(
@@ -193,18 +159,14 @@ async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
     let info = valkey_cli(&ip, &["INFO", "server"]).await.unwrap();
     assert_eq!(info_version(&info), Some("9.1.2"), "{info}");
     assert_eq!(
-        valkey_cli(&ip, &["SET", "on-nine", "yes"])
+        valkey_cli_reply(&ip, &["SET", "on-nine", "yes"])
             .await
-            .unwrap()
-            .trim(),
+            .unwrap(),
         "OK"
     );
     // Both replicas (9.1.2 too) acknowledge the write.
     assert_eq!(
-        valkey_cli(&ip, &["WAIT", "2", "5000"])
-            .await
-            .unwrap()
-            .trim(),
+        valkey_cli_reply(&ip, &["WAIT", "2", "5000"]).await.unwrap(),
         "2"
     );
     for pod in ["nine-0", "nine-1", "nine-2"] {
@@ -213,7 +175,7 @@ async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
         assert_eq!(info_version(&info), Some("9.1.2"), "{pod}: {info}");
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Shared by the Sentinel HA end-to-end tests: a minimal RESP client (the tests need exact replies
 //! and thousands of commands, so no `valkey-cli` process per command), pod-name/FQDN → pod-IP
-//! resolution, the master as Sentinel names it, writers that record every acknowledged key, and
-//! the valkey-server SIGKILL of a pod.
+//! resolution, the master as Sentinel names it, writers that record every acknowledged key, the
+//! valkey-server SIGKILL of a pod, `valkey-cli`'s trimmed answer, a bare Valkey pod, whether a pod
+//! is Ready, and the retry loop the HA tests wait with (`eventually`).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -21,6 +22,68 @@ use tokio::sync::Mutex;
 pub const VALKEY_PORT: u16 = 6379;
 pub const SENTINEL_PORT: u16 = 26379;
 pub const ROLE_LABEL: &str = "vko.gtrfc.com/instanceRole";
+
+/// A bare Valkey pod of `image` (no persistence, protected mode off), Ready when its own
+/// `valkey-cli` gets `PONG`; with `node`, pinned to that node.
+pub fn valkey_pod(name: &str, image: &str, node: Option<&str>) -> String {
+    let node_name = node
+        .map(|node| format!("\n  nodeName: {node}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:{node_name}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: valkey
+    image: {image}
+    args: ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+    readinessProbe:
+      exec: {{command: ["valkey-cli", "ping"]}}
+      periodSeconds: 1
+"#
+    )
+}
+
+/// What `valkey-cli -h <ip> <args>` answers, without its trailing newline (what the tests compare
+/// with `OK`, a count or a value).
+pub async fn valkey_cli_reply(ip: &str, args: &[&str]) -> anyhow::Result<String> {
+    let answer = vko_testbed::harness::valkey_cli(ip, args).await?;
+    Ok(answer.trim().to_owned())
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+pub fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Retries `check` every 200 ms until it succeeds, for at most `timeout`; the error names `what`
+/// and the last failure.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() >= deadline => {
+                bail!("{what}: not within {timeout:?}; last: {error:#}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
 
 /// A RESP2 reply.
 #[derive(Clone, Debug, PartialEq)]

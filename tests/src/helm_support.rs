@@ -3,6 +3,7 @@
 //! stores for a `Valkey` (the API server fills CRD defaults into everything it returns, so only etcd
 //! shows whether a default is stored).
 
+use crate::ha_support::pod_is_ready;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -134,17 +135,6 @@ pub fn set_args(values: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
-
 /// How long a pod that holds the leader Lease may stay not Ready before the wait gives up: its
 /// watches list within seconds, and while it leads without reconciling it stalls every other
 /// operator on the testbed.
@@ -171,7 +161,7 @@ pub async fn wait_for_ready_operator(
         if let Some(pod) = list
             .items
             .iter()
-            .find(|pod| is_ready(pod) && pod.metadata.deletion_timestamp.is_none())
+            .find(|pod| pod_is_ready(pod) && pod.metadata.deletion_timestamp.is_none())
         {
             return Ok(pod.name_any());
         }

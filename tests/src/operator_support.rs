@@ -1,7 +1,9 @@
 //! Shared by the `operator_*` end-to-end tests: the CRD, the operator as a host process (one for
 //! the whole test binary, shared by every test that runs at the same time, stopped with SIGTERM
-//! when the last test using it ends and started again by the next one), and small helpers to read
-//! a `Valkey`'s status.
+//! when the last test using it ends and started again by the next one), `OperatorTest` (where an
+//! operator test starts: CRD, operator, a namespace of its own), `spawn_operator` for the tests
+//! that run an operator process of their own, shared fixtures (`SOLO_VALKEY`, `OBSERVER_CHECKS`)
+//! and small helpers to read a `Valkey`'s status.
 //!
 //! The operator runs with the testbed's `operator.kubeconfig` (user `vko-e2e-operator`, no groups)
 //! and the chart's ClusterRole and leader-election Role bound to that user, so every operator test
@@ -9,7 +11,7 @@
 //! audit log records what the operator used (`rbac_least_privilege`).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +21,28 @@ use anyhow::{Context, bail};
 use kube::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vko_api::Valkey;
-use vko_testbed::harness::{Testbed, install_operator_rbac, wait_until};
+use vko_testbed::harness::{
+    E2E_LEASE_NAMESPACE, TestNamespace, Testbed, install_operator_rbac, wait_until,
+};
 use vko_testbed::paths::Paths;
+
+/// The Cluster Observer's ten checks, by the names `spec.observer.unreadyWhen` and `/readyz` use.
+pub const OBSERVER_CHECKS: [&str; 10] = [
+    "masterUnreachable",
+    "writeTestFailure",
+    "readTestFailure",
+    "replicaSyncFailure",
+    "replicaReadTestFailure",
+    "sentinelUnreachable",
+    "sentinelQuorumFailure",
+    "sentinelMasterDown",
+    "sentinelMasterHostnameInvalid",
+    "sentinelReplicaHostnamesInvalid",
+];
+
+/// A standalone Valkey 8.0 named `solo`: one data pod, no Sentinel.
+pub const SOLO_VALKEY: &str = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: solo}\n\
+    spec: {replicas: 1, image: valkey/valkey:8.0}\n";
 
 /// PHASE OK with `replicas` ready data pods.
 pub fn ok_with(replicas: i32) -> impl Fn(&Valkey) -> bool + Copy {
@@ -59,6 +81,7 @@ async fn ensure_operator_rbac() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The operator binary the tests run: `VKO_OPERATOR_BIN`, else cargo's debug build.
 fn operator_binary() -> PathBuf {
     std::env::var_os("VKO_OPERATOR_BIN")
         .map(PathBuf::from)
@@ -69,6 +92,50 @@ fn operator_binary() -> PathBuf {
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
                 .join("debug/vko-operator")
         })
+}
+
+/// Starts an operator process on the host as every test runs one: leader election in the e2e Lease
+/// namespace (so it is serialized with any other operator on the testbed), `/readyz` on
+/// 127.0.0.1:`health_port`, no metrics listener, text logs (debug for the operator) into
+/// `log_path`, acting as the user of `kubeconfig`. `extra_args` and `extra_env` come on top (a
+/// Lease identity of its own, another sidecar image).
+pub fn spawn_operator(
+    kubeconfig: &Path,
+    health_port: u16,
+    log_path: &Path,
+    extra_args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
+    let binary = operator_binary();
+    if !binary.is_file() {
+        bail!(
+            "{} does not exist: run `cargo build -p vko-operator` first",
+            binary.display()
+        );
+    }
+    let log = std::fs::File::create(log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    Command::new(&binary)
+        .args([
+            "--health-bind-address",
+            &format!("127.0.0.1:{health_port}"),
+            "--metrics-bind-address",
+            "0",
+            "--log-format",
+            "text",
+            "--leader-elect",
+            "--leader-election-namespace",
+            E2E_LEASE_NAMESPACE,
+        ])
+        .args(extra_args)
+        .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
+        .env("KUBECONFIG", kubeconfig)
+        .envs(extra_env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))
 }
 
 struct Shared {
@@ -115,13 +182,6 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
     let port = {
         let mut shared = OPERATOR.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         if shared.child.is_none() {
-            let binary = operator_binary();
-            if !binary.is_file() {
-                bail!(
-                    "{} does not exist: run `cargo build -p vko-operator` first",
-                    binary.display()
-                );
-            }
             let port = free_port()?;
             shared.starts += 1;
             let log_path = std::env::temp_dir().join(format!(
@@ -129,28 +189,8 @@ pub async fn operator() -> anyhow::Result<OperatorGuard> {
                 std::process::id(),
                 shared.starts
             ));
-            let log = std::fs::File::create(&log_path)?;
-            let child = Command::new(&binary)
-                .args([
-                    "--health-bind-address",
-                    &format!("127.0.0.1:{port}"),
-                    "--metrics-bind-address",
-                    "0",
-                    "--log-format",
-                    "text",
-                    // Serializes this operator with any other one on the testbed.
-                    "--leader-elect",
-                    "--leader-election-namespace",
-                    "default",
-                ])
-                .env("RUST_LOG", "info,kube=warn,vko_operator=debug")
-                // Not the admin: only what the chart's RBAC grants.
-                .env("KUBECONFIG", &kubeconfig)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?;
+            // Not the admin: only what the chart's RBAC grants.
+            let child = spawn_operator(&kubeconfig, port, &log_path, &[], &[])?;
             eprintln!("operator pid {} log {}", child.id(), log_path.display());
             shared.child = Some(child);
             shared.log_path = Some(log_path);
@@ -207,6 +247,47 @@ impl Drop for OperatorGuard {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Where an operator test starts: the Valkey CRD installed, the shared operator running and a
+/// namespace of the test's own. The operator keeps running while this lives; dropped without
+/// [`OperatorTest::cleanup`] (a failed test), the namespace goes first, best effort, as it would
+/// from the test's own locals.
+pub struct OperatorTest {
+    pub testbed: Testbed,
+    namespace: TestNamespace,
+    _operator: OperatorGuard,
+}
+
+impl OperatorTest {
+    /// Installs the CRD, starts (or joins) the operator, creates `<namespace_prefix>-<random>`.
+    pub async fn start(namespace_prefix: &str) -> anyhow::Result<OperatorTest> {
+        let testbed = Testbed::from_env().await?;
+        install_crd(&testbed.client()).await?;
+        let operator = operator().await?;
+        let namespace = TestNamespace::create(&testbed.client(), namespace_prefix).await?;
+        Ok(OperatorTest {
+            testbed,
+            namespace,
+            _operator: operator,
+        })
+    }
+
+    /// A client with the admin identity.
+    pub fn client(&self) -> kube::Client {
+        self.testbed.client()
+    }
+
+    /// The test's namespace.
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// Deletes the test's namespace and waits until it is gone; the operator is let go after it.
+    pub async fn cleanup(self) -> anyhow::Result<()> {
+        self.namespace.cleanup().await?;
+        Ok(())
     }
 }
 
