@@ -40,26 +40,18 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
     let test = OperatorTest::start("op-auth").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
 
-    apply_yaml(
-        &client,
-        &ns,
-        &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{PASSWORD}\"}}\n---\n\
-             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: sec}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, auth: {{secretName: pw}}, sentinel: {{enabled: true, replicas: 3, disableAuth: true}}}}\n"
-        ),
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "sec",
-        "3 ready and OK with auth",
-        Duration::from_secs(240),
-        ok_with(3),
-    )
-    .await
-    .unwrap();
+    let (_, valkey) = test
+        .apply_until_ok(
+            &format!(
+                "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{PASSWORD}\"}}\n---\n\
+                 apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: sec}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, auth: {{secretName: pw}}, sentinel: {{enabled: true, replicas: 3, disableAuth: true}}}}\n"
+            ),
+            "sec",
+            3,
+            Duration::from_secs(240),
+        )
+        .await
+        .unwrap();
     let master = valkey.status.unwrap().master_pod.unwrap();
     let pods = Pods::list(&client, &ns).await.unwrap();
 

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use fence_support::{AckWriter, Sampler, pod_netns, sidecar_log_lines};
 use ha_support::{
-    Pods, dump_container_logs, endpoint_pods, info, info_field, missing_keys, sentinel_master_host,
+    Pods, dump_container_logs, endpoint_pods, eventually, info, info_field, missing_keys,
+    sentinel_master_host,
 };
 use kube::api::Api;
-use operator_support::{install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with};
 use vko_api::Valkey;
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
 const NAME: &str = "fence";
 /// The sidecar's default F (`vko_authority::DEFAULT_FENCE_AFTER`).
@@ -31,24 +31,6 @@ const POLL: Duration = Duration::from_millis(250);
 /// The fault's own latency (the control socket, `ip link set`) and scheduling on 2 cores.
 const SLACK: Duration = Duration::from_millis(500);
 const PARTITION: Duration = Duration::from_secs(40);
-
-/// Retries `check` every 200 ms until it succeeds, for at most `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => {
-                anyhow::bail!("{what}: not within {timeout:?}; last: {error:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
 
 async fn sentinel_master(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
     let pods = Pods::list(client, ns).await?;
@@ -100,31 +82,19 @@ async fn wait_for_acks(writer: &AckWriter, at_least: usize, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_partitioned_master_fences_itself_within_f() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-fence").await.unwrap();
-    let ns = namespace.name().to_owned();
-    apply_yaml(
-        &client,
-        &ns,
-        &format!(
-            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}}}\n"
-        ),
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    wait_for_valkey(
-        &valkeys,
-        NAME,
-        "3 + 3 OK",
-        Duration::from_secs(240),
-        ok_with(3),
-    )
-    .await
-    .unwrap();
+    let test = OperatorTest::start("op-fence").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    test
+        .apply_until_ok(
+            &format!(
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}}}\n"
+            ),
+            NAME,
+            3,
+            Duration::from_secs(240),
+        )
+        .await
+        .unwrap();
     let old_master = match whole(&client, &ns, Duration::from_secs(120)).await {
         Ok(m) => m,
         Err(e) => {
@@ -149,7 +119,7 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
 
     eprintln!("partitioning the master {old_master} for {PARTITION:?}");
     let cut = Instant::now();
-    testbed
+    test.testbed
         .fault(Fault::Partition {
             namespace: ns.clone(),
             pod: old_master.clone(),
@@ -159,7 +129,7 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
     let inside_at_cut = inside.acked();
     tokio::time::sleep(PARTITION).await;
     let inside_before_heal = inside.acked();
-    testbed
+    test.testbed
         .fault(Fault::Heal {
             namespace: ns.clone(),
             pod: old_master.clone(),
@@ -286,5 +256,5 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
         samples.max_rw_endpoints <= 1,
         "two -rw endpoints: {samples:?}"
     );
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
 /// A webhook on pod creation in `namespace` whose Service does not exist: every call fails, and
 /// `failurePolicy: Fail` turns that into a refusal.
@@ -46,30 +45,19 @@ fn blocked_by_admission(valkey: &Valkey) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_refused_by_a_webhook_are_reported_and_back_within_a_minute_of_its_removal() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-gate").await.unwrap();
-    let ns = namespace.name().to_owned();
+    let test = OperatorTest::start("op-gate").await.unwrap();
+    let client = test.client();
+    let ns = test.ns().to_owned();
 
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: gate}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "gate",
-        "3 ready and OK",
-        Duration::from_secs(180),
-        ok_with(3),
-    )
-    .await
-    .unwrap();
+    let (valkeys, valkey) = test
+        .apply_until_ok(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: gate}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
+            "gate",
+            3,
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap();
     let master = valkey.status.unwrap().master_pod.unwrap();
 
     let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
@@ -155,5 +143,5 @@ async fn pods_refused_by_a_webhook_are_reported_and_back_within_a_minute_of_its_
         "the pods came back {recovered:?} after the webhook's removal (bound: 60 s)"
     );
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{condition, install_crd, ok_with, operator, wait_for_valkey};
-use vko_api::Valkey;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 
 const FINALIZER: &str = "vko-e2e.example.com/hold";
 
@@ -44,29 +42,18 @@ async fn hold_pods(pods: &Api<Pod>, hold: bool) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_stuck_terminating_holds_the_roll_with_pod_termination_stalled_until_it_is_gone() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let _operator = operator().await.unwrap();
-    let namespace = TestNamespace::create(&client, "op-stall").await.unwrap();
-    let ns = namespace.name().to_owned();
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: stall}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    wait_for_valkey(
-        &valkeys,
-        "stall",
-        "3 ready and OK",
-        Duration::from_secs(180),
-        ok_with(3),
-    )
-    .await
-    .unwrap();
+    let test = OperatorTest::start("op-stall").await.unwrap();
+    let client = test.client();
+    let ns = test.ns().to_owned();
+    let (valkeys, _) = test
+        .apply_until_ok(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: stall}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
+            "stall",
+            3,
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let before: BTreeMap<String, String> = data_pods(&pods)
         .await
@@ -153,5 +140,5 @@ async fn a_pod_stuck_terminating_holds_the_roll_with_pod_termination_stalled_unt
         );
     }
 
-    namespace.cleanup().await.unwrap();
+    test.cleanup().await.unwrap();
 }

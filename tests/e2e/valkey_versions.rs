@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use operator_support::{OperatorTest, ok_with, wait_for_valkey};
-use vko_api::Valkey;
+use operator_support::OperatorTest;
 use vko_testbed::harness::{
     TestNamespace, Testbed, apply_yaml, kubectl, pod_ip, valkey_cli, wait_until,
 };
@@ -133,23 +132,15 @@ async fn three_replicated_pods_on_valkey_9_1_reach_ok() {
     let (client, ns) = (test.client(), test.ns().to_owned());
 
     let started = std::time::Instant::now();
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: nine}\nspec: {replicas: 3, image: valkey/valkey:9.1}\n",
-    )
-    .await
-    .unwrap();
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey = wait_for_valkey(
-        &valkeys,
-        "nine",
-        "3 ready and OK",
-        Duration::from_secs(180),
-        ok_with(3),
-    )
-    .await
-    .unwrap();
+    let (_, valkey) = test
+        .apply_until_ok(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: nine}\nspec: {replicas: 3, image: valkey/valkey:9.1}\n",
+            "nine",
+            3,
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap();
     println!(
         "valkey/valkey:9.1, 3 pods: PHASE OK in {:.1} s",
         started.elapsed().as_secs_f64()

@@ -284,6 +284,23 @@ impl OperatorTest {
         self.namespace.name()
     }
 
+    /// Applies `yaml` (a `Valkey` named `name`, and whatever it needs) in the test's namespace
+    /// and waits up to `timeout` for PHASE OK with `replicas` ready; returns the Valkeys' API and
+    /// the Valkey as it was then.
+    pub async fn apply_until_ok(
+        &self,
+        yaml: &str,
+        name: &str,
+        replicas: i32,
+        timeout: Duration,
+    ) -> anyhow::Result<(Api<Valkey>, Valkey)> {
+        vko_testbed::harness::apply_yaml(&self.client(), self.ns(), yaml).await?;
+        let valkeys: Api<Valkey> = Api::namespaced(self.client(), self.ns());
+        let what = format!("{replicas} ready and OK");
+        let valkey = wait_for_valkey(&valkeys, name, &what, timeout, ok_with(replicas)).await?;
+        Ok((valkeys, valkey))
+    }
+
     /// Deletes the test's namespace and waits until it is gone; the operator is let go after it.
     pub async fn cleanup(self) -> anyhow::Result<()> {
         self.namespace.cleanup().await?;

@@ -196,7 +196,7 @@ macro_rules! watched_kinds {
             pub fn reflect(client: &kube::Client) -> (Stores, OwnedStreams, MappedStreams) {
                 $(let $owned = reflect::<$owned_kind>(client, $owned_watch);)*
                 $(let $mapped = reflect::<$mapped_kind>(client, $mapped_watch);)*
-                $(let $meta = reflect_metadata::<$meta_kind>(client, $meta_watch);)*
+                $(let $meta = reflect::<PartialObjectMeta<$meta_kind>>(client, $meta_watch);)*
                 (
                     Stores {
                         $($owned: $owned.0,)*
@@ -273,7 +273,9 @@ watched_kinds! {
 /// A reflector's change stream.
 pub type WatchStream<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
-/// A reflector for `K` on every namespace, and its stream of touched objects.
+/// A reflector for `K` on every namespace (managedFields dropped: nothing reads them, and they
+/// are often the larger part of an object), and its stream of touched objects. With
+/// `K = PartialObjectMeta<_>` it watches and caches metadata only.
 fn reflect<K>(client: &kube::Client, config: watcher::Config) -> (Store<K>, WatchStream<K>)
 where
     K: Resource<DynamicType = ()>
@@ -285,35 +287,8 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
-        .default_backoff()
-        .touched_objects()
-        .boxed();
-    (reader, stream)
-}
-
-/// A reflector of `K`'s metadata only, on every namespace (no `data`, no managedFields kept): what
-/// the cache holds of objects the operator only needs by reference.
-fn reflect_metadata<K>(
-    client: &kube::Client,
-    config: watcher::Config,
-) -> (
-    Store<PartialObjectMeta<K>>,
-    WatchStream<PartialObjectMeta<K>>,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let all = Api::<PartialObjectMeta<K>>::all(client.clone());
-    let watch = watcher(all, config).modify(|object| {
-        object.metadata.managed_fields = None;
+    let watch = watcher(Api::<K>::all(client.clone()), config).modify(|object| {
+        object.meta_mut().managed_fields = None;
     });
     let stream = reflector::reflector(writer, watch)
         .default_backoff()

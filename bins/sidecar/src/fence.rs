@@ -269,19 +269,29 @@ impl Fencer {
                 .map_or(MIN_ASK, |d| d.saturating_sub(started))
                 .clamp(MIN_ASK, self.settings.ask_timeout)
         };
-        let asked = tokio::time::timeout(budget, async {
-            let sentinels = node.topology.sentinels().await;
-            let answers = ask_sentinels(&node.dialer, &sentinels, name).await;
-            (sentinels.len(), answers)
-        })
-        .await;
-        let Ok((discovered, answers)) = asked else {
+        let asking = tokio::time::Instant::now();
+        let Ok(sentinels) = tokio::time::timeout(budget, node.topology.sentinels()).await else {
             return (
                 false,
                 None,
-                format!("no answer within {} ms", budget.as_millis()),
+                format!("no Sentinel discovered within {} ms", budget.as_millis()),
             );
         };
+        // Each Sentinel within what is left of the budget, on its own: one that hangs (paused,
+        // partitioned) must not hide the answers of the others, or a single hung Sentinel would
+        // fence a master that its majority still names.
+        let left = budget.saturating_sub(asking.elapsed());
+        let answers = futures::future::join_all(sentinels.iter().map(|sentinel| async move {
+            tokio::time::timeout(
+                left,
+                ask_sentinels(&node.dialer, std::slice::from_ref(sentinel), name),
+            )
+            .await
+            .ok()
+            .and_then(|mut one| one.pop().flatten())
+        }))
+        .await;
+        let discovered = sentinels.len();
         let answered = answers.iter().flatten().count();
         let naming_me = answers
             .iter()

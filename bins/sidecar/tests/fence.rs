@@ -59,9 +59,18 @@ async fn a_master_without_a_sentinel_majority_stops_acknowledging_within_f() {
     assert!(!state.is_fenced(), "fenced while the majority names it");
     assert!(acknowledged(&master, "before").await);
 
+    // One of three Sentinels hangs: the two others are still a majority, and its hang must not
+    // hide their answers (the round asks each on its own budget).
+    sentinels[0].proc.signal("STOP");
+    tokio::time::sleep(f + Duration::from_secs(2)).await;
+    assert!(
+        !state.is_fenced(),
+        "fenced while 2 of 3 Sentinels name it and one hangs"
+    );
+    assert!(acknowledged(&master, "one-sentinel-hung").await);
+
     // Two of three Sentinels hang: one answering Sentinel is no majority.
     let cut = Instant::now();
-    sentinels[0].proc.signal("STOP");
     sentinels[1].proc.signal("STOP");
     let fenced_after = eventually("the master fences", Duration::from_secs(10), || async {
         state.is_fenced().then(|| cut.elapsed())
