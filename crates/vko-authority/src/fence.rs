@@ -143,72 +143,22 @@ mod tests {
         use FenceAction::*;
         use FenceReason::*;
         use UnfenceReason::*;
+        // One row a case: (is master, last proof ms, now ms, fenced) → action.
+        #[rustfmt::skip]
         let cases: &[(FenceInput, FenceAction, &str)] = &[
-            (
-                input(true, Some(10_000), 10_000, false),
-                Keep,
-                "just proven",
-            ),
-            (
-                input(true, Some(10_000), 11_999, false),
-                Keep,
-                "proof 1.999 s old",
-            ),
-            (
-                input(true, Some(10_000), 12_000, false),
-                Fence(ProofExpired),
-                "proof F old",
-            ),
-            (
-                input(true, Some(10_000), 50_000, false),
-                Fence(ProofExpired),
-                "long unproven",
-            ),
-            (
-                input(true, Some(10_000), 50_000, true),
-                Fence(ProofExpired),
-                "renew",
-            ),
-            (
-                input(true, None, 0, false),
-                Fence(NeverProven),
-                "never proven",
-            ),
-            (
-                input(true, None, 9_000, true),
-                Fence(NeverProven),
-                "never proven, renew",
-            ),
-            (
-                input(true, Some(49_900), 50_000, true),
-                Unfence(AuthorityProven),
-                "proven again",
-            ),
-            (
-                input(true, Some(50_001), 50_000, false),
-                Fence(ProofExpired),
-                "future proof",
-            ),
-            (
-                input(false, None, 50_000, true),
-                Unfence(NowReplica),
-                "demoted while fenced",
-            ),
-            (
-                input(false, Some(1), 50_000, true),
-                Unfence(NowReplica),
-                "demoted, old proof",
-            ),
-            (
-                input(false, None, 50_000, false),
-                Keep,
-                "a replica is never fenced",
-            ),
-            (
-                input(false, Some(49_999), 50_000, false),
-                Keep,
-                "replica, fresh proof",
-            ),
+            (input(true, Some(10_000), 10_000, false), Keep, "just proven"),
+            (input(true, Some(10_000), 11_999, false), Keep, "proof 1.999 s old"),
+            (input(true, Some(10_000), 12_000, false), Fence(ProofExpired), "proof F old"),
+            (input(true, Some(10_000), 50_000, false), Fence(ProofExpired), "long unproven"),
+            (input(true, Some(10_000), 50_000, true), Fence(ProofExpired), "renew"),
+            (input(true, None, 0, false), Fence(NeverProven), "never proven"),
+            (input(true, None, 9_000, true), Fence(NeverProven), "never proven, renew"),
+            (input(true, Some(49_900), 50_000, true), Unfence(AuthorityProven), "proven again"),
+            (input(true, Some(50_001), 50_000, false), Fence(ProofExpired), "future proof"),
+            (input(false, None, 50_000, true), Unfence(NowReplica), "demoted while fenced"),
+            (input(false, Some(1), 50_000, true), Unfence(NowReplica), "demoted, old proof"),
+            (input(false, None, 50_000, false), Keep, "a replica is never fenced"),
+            (input(false, Some(49_999), 50_000, false), Keep, "replica, fresh proof"),
         ];
         for (case, want, why) in cases {
             assert_eq!(fence_action(*case), *want, "{why}: {case:?}");
