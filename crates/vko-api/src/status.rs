@@ -574,7 +574,7 @@ mod tests {
 
     #[test]
     fn condition_types_and_reasons_round_trip() {
-        assert_eq!(ConditionType::ALL.len(), 15);
+        assert_eq!(ConditionType::ALL.len(), 16);
         for ty in ConditionType::ALL {
             assert_eq!(ty.as_str().parse::<ConditionType>(), Ok(*ty));
             assert_eq!(serde_json::to_value(ty).unwrap(), ty.as_str());
