@@ -187,6 +187,26 @@ impl<'a> Pass<'a> {
         if master.pod.template_hash != world.data.target_hash {
             return self.switchover(&master);
         }
+        // Done only once the Sentinels list every replica: one they do not know is neither a
+        // failover candidate nor reconfigured after a failover, and the status calls the cluster
+        // not ready until they do (a roll that ended earlier left a ClusterNotReady Warning).
+        if let Some(tier) = world.sentinel.as_ref()
+            && let Some(pod) = self
+                .updated_data_pods()
+                .filter(|pod| {
+                    pod.ordinal != master.pod.ordinal && pod.ordinal < world.data.replicas
+                })
+                .find(|pod| !tier.view.known_replicas.contains(&pod.ordinal))
+        {
+            return self.wait_for(
+                WaitReason::PodSync,
+                Some(pod.name.clone()),
+                format!(
+                    "waiting for the Sentinels to list {} as a replica of {}",
+                    pod.name, master.pod.name
+                ),
+            );
+        }
         self.data_complete()
     }
 

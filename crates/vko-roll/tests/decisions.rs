@@ -562,6 +562,26 @@ fn the_roll_completes_with_one_event_and_clears_its_conditions() {
 }
 
 #[test]
+fn with_sentinel_the_data_tier_is_done_only_once_the_sentinels_list_every_replica() {
+    let mut world = cluster(3, 3);
+    // Every data pod updated and in sync, but the Sentinels list only vk-1 (they learn a
+    // replica from the master's INFO, up to 10 s after it linked).
+    world.sentinel.as_mut().unwrap().view.known_replicas = vec![1];
+    let state = data_roll_after_delete(0, T0);
+    let decision = next(&world, &state, T0.plus(30_000));
+    assert_eq!(
+        wait(&decision).map(|(reason, pod, _)| (reason, pod)),
+        Some((WaitReason::PodSync, Some("vk-2".into())))
+    );
+    assert!(events(&decision).is_empty(), "no completion Event yet");
+    assert!(!decision.state.data_completed);
+    // Once they list it, the data tier completes.
+    world.sentinel.as_mut().unwrap().view.known_replicas = vec![1, 2];
+    let decision = next(&world, &decision.state, T0.plus(31_000));
+    assert_eq!(events(&decision), vec![EventReason::RollingUpdateComplete]);
+}
+
+#[test]
 fn the_sentinel_tier_rolls_after_the_data_tier_in_the_same_pass_it_completes() {
     let mut world = cluster(3, 3);
     outdate_sentinels(&mut world, &[0, 1, 2]);
