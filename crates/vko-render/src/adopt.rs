@@ -1,4 +1,4 @@
-//! Taking over objects the Go operator wrote (issue 21 item 4, ADR 0022's migration section in
+//! Taking over objects the Go operator wrote (issue 21 item 4, ADR 0025,
 //! `docs/migrate-from-go-operator.md`). The Go operator writes with client-side `Update`s under
 //! controller-runtime's field manager `manager`; vko writes with server-side apply. An apply never
 //! removes a field another manager owns, so without a transfer a StatefulSet the Go operator
