@@ -68,6 +68,15 @@ async fn check_conformance(client: &kube::Client, ns: &str, key: &str) -> anyhow
         if label.as_deref() == Some("master") {
             labelled_master.push(pod.clone());
         }
+        let name_label = pods.by_name[pod]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("vko.gtrfc.com/instanceName").cloned());
+        anyhow::ensure!(
+            name_label.as_deref() == Some(pod.as_str()),
+            "{pod} instanceName label {name_label:?}"
+        );
         let replication = info(&ip, "replication").await?;
         anyhow::ensure!(
             !contains_ipv4(&replication),

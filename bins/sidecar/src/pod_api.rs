@@ -12,7 +12,8 @@ use vko_authority::InstanceRole;
 use crate::error::{Result, SidecarError};
 
 pub trait PodApi: Send + Sync {
-    /// Merge-patch `vko.gtrfc.com/instanceRole` on `pod`.
+    /// Merge-patch `vko.gtrfc.com/instanceRole` on `pod`, with `vko.gtrfc.com/instanceName: <pod>`
+    /// (the reference's pod labels; a template cannot carry the pod's own name).
     fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>>;
     /// Is `pod` being deleted (deletionTimestamp set)?
     fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>>;
@@ -61,7 +62,10 @@ impl PodApi for KubePodApi {
     fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let patch = serde_json::json!({
-                "metadata": { "labels": { vko_api::consts::labels::INSTANCE_ROLE: role.as_str() } }
+                "metadata": { "labels": {
+                    vko_api::consts::labels::INSTANCE_ROLE: role.as_str(),
+                    vko_api::consts::labels::INSTANCE_NAME: pod,
+                } }
             });
             self.pods
                 .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
