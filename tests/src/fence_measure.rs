@@ -55,10 +55,14 @@ pub fn split_lost(
             Some(after) if after <= bound => {
                 split.in_window += 1;
                 split.last_in_window = split.last_in_window.max(Some(after));
+                split.last_after_start = split.last_after_start.max(Some(after));
             }
-            Some(after) => split
-                .outside
-                .push(format!("{key} {after:?} after the window start")),
+            Some(after) => {
+                split.last_after_start = split.last_after_start.max(Some(after));
+                split
+                    .outside
+                    .push(format!("{key} {after:?} after the window start"));
+            }
             None if *at < fault => split
                 .outside
                 .push(format!("{key} {:?} before the fault", fault - *at)),
