@@ -20,7 +20,7 @@
 //! and every Valkey in the cluster). That uninstall removes the CRD, the Valkeys' children but not
 //! their PVCs is proven by `helm_uninstall_crd` (run alone, last). The operator takes part in the
 //! same leader election as the host-process operators of the other tests (Lease
-//! `default/vko-operator-leader`, `leaderElection.namespace=default`) and runs the image tag `dev`,
+//! `default/valkey-operator.vko.gtrfc.com`, `leaderElection.namespace=default`) and runs the image tag `dev`,
 //! the host operators' `--operator-image`, so whichever operator leads renders identical pods.
 //!
 //! The test is `exclusive_` (`cargo xtask test` runs it alone): the shared host operator holds the
@@ -54,7 +54,7 @@ const RELEASE: &str = "vko-helm";
 const FULLNAME: &str = "vko-helm-valkey-operator";
 /// The Lease every e2e operator shares (see the module documentation).
 const LEASE_NAMESPACE: &str = "default";
-const LEASE_NAME: &str = "vko-operator-leader";
+const LEASE_NAME: &str = "valkey-operator.vko.gtrfc.com";
 /// An earlier test's operator may hold the Lease until it expires or that test ends.
 const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(1200);
 

@@ -123,7 +123,7 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
         &client,
         &rel,
         RELEASE,
-        ("default", "vko-operator-leader"),
+        ("default", "valkey-operator.vko.gtrfc.com"),
         LEADERSHIP_TIMEOUT,
     )
     .await

@@ -25,7 +25,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::{chart_dir, http_status, install_crd, spawn_operator, wait_for_valkey};
+use operator_support::{chart_dir, http_get, install_crd, spawn_operator, wait_for_valkey};
 use vko_api::Valkey;
 use vko_e2e::{ha_support, operator_support};
 use vko_testbed::harness::{
@@ -36,7 +36,7 @@ use vko_testbed::paths::Paths;
 use vko_testbed::rbac_audit::{OperatorIdentities, Request, Target, is_write_verb, read_audit_log};
 
 const NAME: &str = "fence";
-const LEASE: &str = "vko-operator-leader";
+const LEASE: &str = "valkey-operator.vko.gtrfc.com";
 /// The operators' identities: ServiceAccount names, also their Lease holder identities.
 const FIRST: &str = "vko-leader-a";
 const SECOND: &str = "vko-leader-b";
@@ -184,15 +184,20 @@ impl Operator {
         Ok(())
     }
 
-    async fn ready(&self) -> bool {
-        http_status(self.port, "/readyz").await.ok() == Some(200)
+    /// `/readyz`: Ready (200) as a standby and as a leader whose watches listed; the body says
+    /// which.
+    async fn readyz(&self) -> Option<(u16, String)> {
+        http_get(self.port, "/readyz").await.ok()
     }
 
-    async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+    async fn wait_leading(&self, timeout: Duration) -> anyhow::Result<()> {
         wait_until(
-            &format!("operator {} ready (leading)", self.identity),
+            &format!("operator {} ready and leading", self.identity),
             timeout,
-            || async { Ok(self.ready().await.then_some(())) },
+            || async {
+                let leading = self.readyz().await == Some((200, "leading".to_owned()));
+                Ok(leading.then_some(()))
+            },
         )
         .await?;
         Ok(())
@@ -306,11 +311,16 @@ async fn exclusive_a_leader_stopped_past_its_lease_writes_nothing_after_it_resum
     let second_config = service_account_kubeconfig(&admin, SECOND).await.unwrap();
 
     let first = Operator::start(FIRST, &first_config).unwrap();
-    first.wait_ready(Duration::from_secs(300)).await.unwrap();
+    first.wait_leading(Duration::from_secs(300)).await.unwrap();
     assert_eq!(lease_holder(&admin).await.as_deref(), Some(FIRST));
     let second = Operator::start(SECOND, &second_config).unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(!second.ready().await, "a standby is never ready");
+    // A standby is Ready (a Deployment rollout with two replicas completes) and says it stands by.
+    assert_eq!(
+        second.readyz().await,
+        Some((200, "standing by".to_owned())),
+        "the standby's /readyz"
+    );
 
     let namespace = TestNamespace::create(&admin, "leader-fence").await.unwrap();
     let ns = namespace.name().to_owned();
@@ -348,7 +358,7 @@ async fn exclusive_a_leader_stopped_past_its_lease_writes_nothing_after_it_resum
     .await
     .unwrap();
     let lease_taken = stopped.elapsed();
-    second.wait_ready(Duration::from_secs(120)).await.unwrap();
+    second.wait_leading(Duration::from_secs(120)).await.unwrap();
     let second_ready = stopped.elapsed();
     println!(
         "MEASURED takeover: lease_taken_ms={} second_ready_ms={}",
@@ -409,6 +419,11 @@ async fn exclusive_a_leader_stopped_past_its_lease_writes_nothing_after_it_resum
     .await
     .unwrap();
     let noticed_after_resume = resumed.elapsed();
+    assert_eq!(
+        first.readyz().await,
+        Some((200, "standing by".to_owned())),
+        "the resumed operator's /readyz once it campaigns again"
+    );
 
     wait_for_valkey(
         &valkeys,

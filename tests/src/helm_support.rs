@@ -140,9 +140,10 @@ pub fn set_args(values: &[&str]) -> Vec<String> {
 /// operator on the testbed.
 const LEADING_BUT_NOT_READY: Duration = Duration::from_secs(90);
 
-/// Waits for a Ready operator pod of `release` (Ready = it holds the leader Lease `lease` and its
-/// watches have listed) and returns its name. Fails early when one of its pods holds the Lease but
-/// does not become Ready (the failure names the pod's state).
+/// Waits for the leading operator pod of `release` (Ready and the holder of the leader Lease
+/// `lease`: a leader is Ready once its watches have listed; a standby is Ready too) and returns
+/// its name. Fails early when one of its pods holds the Lease but does not become Ready (the
+/// failure names the pod's state).
 pub async fn wait_for_ready_operator(
     client: &kube::Client,
     namespace: &str,
@@ -158,18 +159,18 @@ pub async fn wait_for_ready_operator(
     let mut leading_since: Option<(String, std::time::Instant)> = None;
     loop {
         let list = pods.list(&ListParams::default().labels(&selector)).await?;
-        if let Some(pod) = list
-            .items
-            .iter()
-            .find(|pod| pod_is_ready(pod) && pod.metadata.deletion_timestamp.is_none())
-        {
-            return Ok(pod.name_any());
-        }
         let holder = leases
             .get_opt(lease.1)
             .await?
             .and_then(|lease| lease.spec)
             .and_then(|spec| spec.holder_identity);
+        if let Some(pod) = list.items.iter().find(|pod| {
+            pod_is_ready(pod)
+                && pod.metadata.deletion_timestamp.is_none()
+                && holder.as_deref() == Some(pod.name_any().as_str())
+        }) {
+            return Ok(pod.name_any());
+        }
         let ours = holder.filter(|holder| list.items.iter().any(|pod| &pod.name_any() == holder));
         match (&ours, &leading_since) {
             (Some(pod), Some((since_pod, since))) if pod == since_pod => {

@@ -310,6 +310,11 @@ impl OperatorTest {
 
 /// Status code of `GET path` on 127.0.0.1:`port`.
 pub async fn http_status(port: u16, path: &str) -> anyhow::Result<u16> {
+    Ok(http_get(port, path).await?.0)
+}
+
+/// A GET of `path` on 127.0.0.1:`port`: the status code and the body.
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream
         .write_all(
@@ -319,11 +324,13 @@ pub async fn http_status(port: u16, path: &str) -> anyhow::Result<u16> {
         .await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
-    response
+    let code = response
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .context("no HTTP status line")
+        .context("no HTTP status line")?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok((code, body.to_owned()))
 }
 
 /// The condition `type_` of a Valkey: (status, reason, message).

@@ -6,10 +6,10 @@
 //! ClusterIP) and says how to connect. Running it again upgrades the release and re-applies the
 //! example.
 //!
-//! The demo's operator joins the leader election of the end-to-end tests' operators (Lease
-//! `default/vko-operator-leader`) and renders the same sidecar image (`vko.local/vko:dev`, which the
-//! testbed maps to the workspace's built binaries), so a demo next to running tests never has two
-//! operators reconciling at once.
+//! The demo's operator joins the leader election of the end-to-end tests' operators (Leases in
+//! `default`) and renders the same sidecar image (`vko.local/vko:dev`, which the testbed maps to
+//! the workspace's built binaries), so a demo next to running tests never has two operators
+//! reconciling at once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,8 +25,9 @@ const NAMESPACE: &str = "vko-demo";
 const RELEASE: &str = "vko";
 const OPERATOR_NAMESPACE: &str = "vko-system";
 const CHART: &str = "charts/valkey-operator";
-/// The operator pod is Ready once it holds the leader Lease and its watches have listed (on a
-/// testbed where end-to-end tests run, their operators may hold the Lease for minutes).
+/// The operator pod is Ready once it stands by for the leader Lease or leads with its watches
+/// listed (on a testbed where end-to-end tests run, their operators may hold the Lease for
+/// minutes: the wait for PHASE OK below covers that).
 const OPERATOR_READY_TIMEOUT: Duration = Duration::from_secs(900);
 const EXAMPLE: &str = "examples/ha-sentinel.yaml";
 /// The example's read-write Service (`<name>-rw`): the master, as clients reach it.

@@ -157,7 +157,20 @@ pub async fn apply_objects(
         };
         let mut body = object.body.clone();
         vko_render::stamp_applied_hash(&mut body);
-        let params = match decide(&body, observed.as_ref(), owner_uid) {
+        let mut decision = decide(&body, observed.as_ref(), owner_uid);
+        if let (ApplyDecision::Unchanged | ApplyDecision::Apply { .. }, Some(found)) =
+            (&decision, &observed)
+            && found.meta.adoptable
+        {
+            // The Go operator wrote it: its fields become ours first, so the forced apply below
+            // removes those we do not render (migration, `docs/migrate-from-go-operator.md`).
+            if let Err(error) = take_over_fields(&api, object, found).await {
+                report.errors.push(error);
+                continue;
+            }
+            decision = ApplyDecision::Apply { force: true };
+        }
+        let params = match decision {
             // A hand-written budget for our pods is left alone and reported as a configuration
             // warning (the reference's PodDisruptionBudgetNotOwned), not a blocked pass.
             ApplyDecision::Foreign if object.kind == ManagedKind::PodDisruptionBudget => {
@@ -190,6 +203,41 @@ pub async fn apply_objects(
         }
     }
     report
+}
+
+/// Moves the Go operator's field set of `found` into our apply entry (a merge patch of
+/// `metadata.managedFields` conditioned on the resourceVersion seen; the API server takes
+/// managedFields written by a request as they are).
+async fn take_over_fields(
+    api: &Api<DynamicObject>,
+    object: &DesiredObject,
+    found: &ObservedObject,
+) -> Result<(), Error> {
+    let metadata = found.live.as_ref().map(|live| &live["metadata"]);
+    let entries: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> = metadata
+        .and_then(|meta| serde_json::from_value(meta["managedFields"].clone()).ok())
+        .unwrap_or_default();
+    let Some(adopted) = vko_render::adopt_managed_fields(
+        &entries,
+        FIELD_MANAGER,
+        vko_render::GO_OPERATOR_FIELD_MANAGERS,
+    ) else {
+        return Ok(());
+    };
+    let resource_version = metadata.map(|meta| meta["resourceVersion"].clone());
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": resource_version, "managedFields": adopted}
+    });
+    api.patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|error| Error::from_write(object.kind.name(), &object.name, &error))?;
+    tracing::info!(
+        kind = object.kind.name(),
+        name = %object.name,
+        managers = ?vko_render::GO_OPERATOR_FIELD_MANAGERS,
+        "took over the fields the Go operator wrote"
+    );
+    Ok(())
 }
 
 /// Deletes `stale` objects, each with a UID precondition so a replacement under the same name
@@ -235,6 +283,7 @@ mod tests {
             uid: Some(format!("uid-{name}")),
             controller_uid: controller.map(str::to_owned),
             terminating: false,
+            adoptable: false,
         }
     }
 

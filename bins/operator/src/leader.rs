@@ -24,8 +24,16 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 
-/// Name of the Lease (the chart's leader-election Role grants get/update on this name only).
-pub const LEASE_NAME: &str = "vko-operator-leader";
+/// Name of the leader Lease: the reference's, so a Go operator and vko electing in one namespace
+/// exclude each other (the chart's leader-election Role grants get/update on the two names only).
+pub const LEASE_NAME: &str = "valkey-operator.vko.gtrfc.com";
+/// The Lease earlier vko releases elected on. It is held too, and taken first: an operator of an
+/// earlier release (a standby during a rolling upgrade) elects on it alone and must never lead
+/// beside this one.
+pub const LEGACY_LEASE_NAME: &str = "vko-operator-leader";
+/// Every Lease a leader holds, in the order a candidate takes them (one order for every
+/// candidate, so two never each hold one of them for good).
+pub const LEASE_NAMES: [&str; 2] = [LEGACY_LEASE_NAME, LEASE_NAME];
 /// client-go's default: how long a candidate waits, after the Lease last changed, to take it.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// client-go's default: how long a leader acts after the start of its last successful renewal.
@@ -364,12 +372,46 @@ impl Elector {
         }
     }
 
-    /// One look at the Lease: create it when missing, take it when [`takeover`] allows.
-    async fn try_acquire(&self, observed: &mut Option<Observation>) -> Result<bool, kube::Error> {
-        let Some(lease) = self.api.get_opt(LEASE_NAME).await? else {
+    /// One look at every Lease, in [`LEASE_NAMES`] order: true once all of them name us. A Lease
+    /// is written only once every Lease before it is ours; the later ones are still observed,
+    /// so their expiry is counted from the same first look.
+    async fn try_acquire(
+        &self,
+        observed: &mut [Option<Observation>; LEASE_NAMES.len()],
+    ) -> Result<bool, kube::Error> {
+        let mut ours = true;
+        for (name, observed) in LEASE_NAMES.iter().zip(observed.iter_mut()) {
+            ours = self.try_acquire_one(name, observed, ours).await? && ours;
+        }
+        Ok(ours)
+    }
+
+    /// One look at the Lease `name`: create it when missing, take it when [`takeover`] allows —
+    /// both only when `may_write`; else only the observation is updated.
+    async fn try_acquire_one(
+        &self,
+        name: &str,
+        observed: &mut Option<Observation>,
+        may_write: bool,
+    ) -> Result<bool, kube::Error> {
+        let lease = self.api.get_opt(name).await?;
+        if !may_write {
+            if let Some(lease) = lease {
+                let (_, seen) = takeover(
+                    observed.as_ref(),
+                    LeaseRecord::of(&lease),
+                    &self.identity,
+                    Instant::now(),
+                    self.timings.lease_duration,
+                );
+                *observed = Some(seen);
+            }
+            return Ok(false);
+        }
+        let Some(lease) = lease else {
             let lease = Lease {
                 metadata: ObjectMeta {
-                    name: Some(LEASE_NAME.to_owned()),
+                    name: Some(name.to_owned()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(holder_spec(
@@ -393,13 +435,14 @@ impl Elector {
         if verdict == Takeover::Wait {
             return Ok(false);
         }
-        self.write_as_holder(lease, &previous).await
+        self.write_as_holder(name, lease, &previous).await
     }
 
     /// Writes `lease` back naming this candidate as holder after `previous`. Its resourceVersion
     /// stays set: a concurrent writer makes this a 409 (`Ok(false)`), not a double lead.
     async fn write_as_holder(
         &self,
+        name: &str,
         mut lease: Lease,
         previous: &LeaseSpec,
     ) -> Result<bool, kube::Error> {
@@ -409,17 +452,14 @@ impl Elector {
             Some(previous),
             Timestamp::now(),
         ));
-        won(self
-            .api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
-            .await)
+        won(self.api.replace(name, &PostParams::default(), &lease).await)
     }
 
     /// Waits until this candidate holds the Lease; the gate is open from then on (until
     /// [`Elector::hold`] returns). Also the way back after a loss: a Lease nobody took over in
     /// the meantime still names us and is written again at once.
     pub async fn acquire(&self) {
-        let mut observed = None;
+        let mut observed = [None, None];
         loop {
             let started = Instant::now();
             let attempt =
@@ -427,7 +467,7 @@ impl Elector {
             match attempt.await {
                 Ok(Ok(true)) => {
                     self.leadership.acquired(started);
-                    tracing::info!(identity = %self.identity, lease = LEASE_NAME, "acquired the leader Lease");
+                    tracing::info!(identity = %self.identity, leases = ?LEASE_NAMES, "acquired the leader Lease");
                     return;
                 }
                 Ok(Ok(false)) => {}
@@ -438,16 +478,21 @@ impl Elector {
         }
     }
 
-    /// One renewal; `Ok(false)` when the Lease is no longer ours.
+    /// One renewal of every Lease; `Ok(false)` when one of them is no longer ours.
     async fn renew(&self) -> Result<bool, kube::Error> {
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
-            return Ok(false);
-        };
-        let spec = lease.spec.take().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return Ok(false);
+        for name in LEASE_NAMES {
+            let Some(mut lease) = self.api.get_opt(name).await? else {
+                return Ok(false);
+            };
+            let spec = lease.spec.take().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                return Ok(false);
+            }
+            if !self.write_as_holder(name, lease, &spec).await? {
+                return Ok(false);
+            }
         }
-        self.write_as_holder(lease, &spec).await
+        Ok(true)
     }
 
     /// Renews every retry period until the Lease is lost; the gate is closed when it returns.
@@ -487,24 +532,34 @@ impl Elector {
             tracing::info!("not releasing the Lease: it is no longer ours to write");
             return;
         }
+        // The gate closes before the first write (nothing acts once a successor may exist); the
+        // new name is written first, so a candidate of this release takes over as soon as both
+        // are free.
         let release = async {
-            let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
-                return Ok(false);
-            };
-            let Some(spec) = lease.spec.as_mut() else {
-                return Ok(false);
-            };
-            if spec.holder_identity.as_deref() != Some(self.identity.as_str())
-                || !self.leadership.may_act()
-            {
+            let mut ours = Vec::new();
+            for name in LEASE_NAMES.iter().rev() {
+                let Some(mut lease) = self.api.get_opt(name).await? else {
+                    continue;
+                };
+                let Some(spec) = lease.spec.as_mut() else {
+                    continue;
+                };
+                if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                    continue;
+                }
+                spec.holder_identity = None;
+                ours.push((*name, lease));
+            }
+            if !self.leadership.may_act() {
                 return Ok(false);
             }
-            spec.holder_identity = None;
             self.leadership.lose();
-            self.api
-                .replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await
-                .map(|_| true)
+            for (name, lease) in &ours {
+                self.api
+                    .replace(name, &PostParams::default(), lease)
+                    .await?;
+            }
+            Ok::<bool, kube::Error>(!ours.is_empty())
         };
         match tokio::time::timeout(remaining, release).await {
             Ok(Ok(true)) => tracing::info!("released the leader Lease"),
@@ -711,47 +766,85 @@ mod tests {
 
         use super::*;
 
-        /// An API server holding one Lease: GET answers it (the holder's renewals bump
-        /// `resourceVersion` when `other_renews`), PUT stores it. Returns the writes' holders.
-        fn lease_server(
-            holder: &str,
-            other_renews: bool,
-        ) -> (kube::Client, tokio::task::JoinHandle<Vec<String>>) {
+        /// An API server holding Leases by name: GET answers one (404 when missing; the
+        /// holder's renewals bump `resourceVersion` when its entry says so), POST creates, PUT
+        /// stores. Returns the writes as (Lease name, holder).
+        fn leases_server(
+            leases: &[(&str, &str, bool)],
+        ) -> (kube::Client, tokio::task::JoinHandle<Vec<(String, String)>>) {
             let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-            let mut lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(LEASE_NAME.into()),
-                    resource_version: Some("1".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(holder.into()),
-                    lease_duration_seconds: Some(15),
-                    ..LeaseSpec::default()
-                }),
-            };
+            let mut stored: std::collections::BTreeMap<String, (Lease, bool)> = leases
+                .iter()
+                .map(|(name, holder, renews)| {
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some((*name).into()),
+                            resource_version: Some("1".into()),
+                            ..ObjectMeta::default()
+                        },
+                        spec: Some(LeaseSpec {
+                            holder_identity: Some((*holder).into()),
+                            lease_duration_seconds: Some(15),
+                            ..LeaseSpec::default()
+                        }),
+                    };
+                    ((*name).to_owned(), (lease, *renews))
+                })
+                .collect();
             let server = tokio::spawn(async move {
                 let mut writes = Vec::new();
                 let mut version = 1u64;
                 while let Some((request, respond)) = handle.next_request().await {
                     let method = request.method().clone();
+                    let path = request.uri().path().to_owned();
                     let bytes = request.into_body().collect_bytes().await.unwrap();
-                    let write = method == http::Method::PUT;
-                    if write {
-                        lease = serde_json::from_slice(&bytes).unwrap();
-                        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
-                        writes.push(holder.unwrap_or_default());
+                    version += 1;
+                    let name = if method == http::Method::POST {
+                        let lease: Lease = serde_json::from_slice(&bytes).unwrap();
+                        let name = lease.metadata.name.clone().unwrap();
+                        stored.insert(name.clone(), (lease, false));
+                        name
+                    } else {
+                        path.rsplit('/').next().unwrap().to_owned()
+                    };
+                    let Some((lease, renews)) = stored.get_mut(&name) else {
+                        let status = serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"
+                        });
+                        let body = serde_json::to_vec(&status).unwrap();
+                        let response = Response::builder().status(404).body(Body::from(body));
+                        respond.send_response(response.unwrap());
+                        continue;
+                    };
+                    let write = method != http::Method::GET;
+                    if method == http::Method::PUT {
+                        *lease = serde_json::from_slice(&bytes).unwrap();
                     }
-                    if write || other_renews {
-                        version += 1;
+                    if write {
+                        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                        writes.push((name.clone(), holder.unwrap_or_default()));
+                    }
+                    if write || *renews {
                         lease.metadata.resource_version = Some(version.to_string());
                     }
-                    let body = serde_json::to_vec(&lease).unwrap();
+                    let body = serde_json::to_vec(&*lease).unwrap();
                     respond.send_response(Response::builder().body(Body::from(body)).unwrap());
                 }
                 writes
             });
             (kube::Client::new(service, "default"), server)
+        }
+
+        /// Both Leases held by `holder` (renewing them when `other_renews`).
+        fn lease_server(
+            holder: &str,
+            other_renews: bool,
+        ) -> (kube::Client, tokio::task::JoinHandle<Vec<(String, String)>>) {
+            leases_server(&[
+                (LEGACY_LEASE_NAME, holder, other_renews),
+                (LEASE_NAME, holder, other_renews),
+            ])
         }
 
         fn elector(client: kube::Client, leadership: &Leadership) -> Elector {
@@ -806,8 +899,11 @@ mod tests {
             assert!(leadership.may_act());
             drop(holder);
             let writes = server.await.unwrap();
-            assert!(writes.len() >= 14, "a renewal every 2 s: {writes:?}");
-            assert!(writes.iter().all(|holder| holder == "me"));
+            for name in LEASE_NAMES {
+                let renewals = writes.iter().filter(|(lease, _)| lease == name).count();
+                assert!(renewals >= 14, "{name} renewed every 2 s: {writes:?}");
+            }
+            assert!(writes.iter().all(|(_, holder)| holder == "me"));
 
             let (client, server) = lease_server("other", false);
             let leadership = Leadership::elected(DEFAULT_RENEW_DEADLINE);
@@ -821,6 +917,54 @@ mod tests {
                 server.await.unwrap().is_empty(),
                 "neither renewed nor released"
             );
+        }
+
+        /// An operator of an earlier release elects on the legacy Lease alone: while it renews
+        /// it, this candidate never leads and writes nothing, not even the new Lease.
+        #[tokio::test(start_paused = true)]
+        async fn a_candidate_never_leads_while_an_earlier_release_renews_the_legacy_lease() {
+            let (client, server) = leases_server(&[(LEGACY_LEASE_NAME, "old", true)]);
+            let leadership = Leadership::elected(DEFAULT_RENEW_DEADLINE);
+            let candidate = elector(client, &leadership);
+            let attempt = tokio::time::timeout(120 * SECOND, candidate.acquire()).await;
+            assert!(attempt.is_err(), "led beside an earlier release");
+            assert!(!leadership.may_act());
+            drop(candidate);
+            assert_eq!(server.await.unwrap(), Vec::<(String, String)>::new());
+        }
+
+        /// No Lease yet: both are created, legacy first; a release frees both, the new first;
+        /// a leader that finds either Lease held by another stops.
+        #[tokio::test(start_paused = true)]
+        async fn a_leader_holds_both_leases_and_gives_both_back() {
+            let (client, server) = leases_server(&[]);
+            let leadership = Leadership::elected(DEFAULT_RENEW_DEADLINE);
+            let candidate = elector(client, &leadership);
+            tokio::time::timeout(SECOND, candidate.acquire())
+                .await
+                .expect("free Leases are taken at once");
+            assert!(leadership.may_act());
+            candidate.release().await;
+            assert!(!leadership.may_act());
+            drop(candidate);
+            let written = |name: &str, holder: &str| (name.to_owned(), holder.to_owned());
+            assert_eq!(
+                server.await.unwrap(),
+                vec![
+                    written(LEGACY_LEASE_NAME, "me"),
+                    written(LEASE_NAME, "me"),
+                    written(LEASE_NAME, ""),
+                    written(LEGACY_LEASE_NAME, ""),
+                ]
+            );
+
+            let (client, _server) =
+                leases_server(&[(LEGACY_LEASE_NAME, "old", false), (LEASE_NAME, "me", false)]);
+            let leadership = Leadership::elected(DEFAULT_RENEW_DEADLINE);
+            leadership.renewed(Instant::now());
+            let holder = elector(client, &leadership);
+            assert_eq!(holder.hold().await, Lost::TakenOver);
+            assert!(!leadership.may_act());
         }
 
         /// Renewals that never get an answer (a hung API server, or this process stopped):

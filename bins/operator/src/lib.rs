@@ -14,6 +14,7 @@ pub mod leader;
 pub mod metrics;
 pub mod migrate;
 pub mod nudge;
+pub mod readiness;
 pub mod roll;
 pub mod secrets;
 pub mod stores;

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use vko_operator::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
 use vko_operator::leader::Leadership;
 use vko_operator::metrics::Metrics;
+use vko_operator::readiness::{Phase, Readiness};
 use vko_operator::{cache_sync, controller, kube_clients, leader, migrate};
 
 /// How long the controller may take to stop after shutdown. kube-runtime's Controller holds its
@@ -54,7 +55,8 @@ struct Args {
     /// Address of /healthz and /readyz.
     #[arg(long, env = "HEALTH_BIND_ADDRESS", default_value = ":8081")]
     health_bind_address: String,
-    /// Run only while holding the Lease `vko-operator-leader`.
+    /// Run only while holding the leader Leases `valkey-operator.vko.gtrfc.com` (the reference's
+    /// name) and `vko-operator-leader` (earlier vko releases').
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     leader_elect: bool,
     /// Namespace of the leader Lease (default: the pod's namespace, else `default`).
@@ -106,7 +108,7 @@ fn parse_bind(address: &str) -> anyhow::Result<Option<SocketAddr>> {
 
 #[derive(Clone)]
 struct HttpState {
-    ready: Arc<AtomicBool>,
+    readiness: Arc<Readiness>,
     metrics: Arc<OnceLock<Arc<Metrics>>>,
 }
 
@@ -115,10 +117,9 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    match state.readiness.get().answer() {
+        (true, body) => (StatusCode::OK, body),
+        (false, body) => (StatusCode::SERVICE_UNAVAILABLE, body),
     }
 }
 
@@ -215,10 +216,10 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
 
-    let ready = Arc::new(AtomicBool::new(false));
+    let readiness = Arc::new(Readiness::default());
     let metrics_slot: Arc<OnceLock<Arc<Metrics>>> = Arc::new(OnceLock::new());
     let state = HttpState {
-        ready: ready.clone(),
+        readiness: readiness.clone(),
         metrics: metrics_slot.clone(),
     };
     let mut servers = Vec::new();
@@ -268,14 +269,16 @@ async fn main() -> anyhow::Result<()> {
             retry_period_seconds = timings.retry_period().as_secs(),
             "waiting for leadership"
         );
+        readiness.set(Phase::StandingBy);
         tokio::select! {
             _ = elector.acquire() => {}
             _ = shutdown.cancelled() => return Ok(()),
         }
+        readiness.lead(false);
         tracing::info!(%identity, "leading");
         let holder = elector.clone();
         let stopped_renewing = stop_renewing.clone();
-        let ready_flag = ready.clone();
+        let phase = readiness.clone();
         let synced_flag = synced.clone();
         let campaigner = identity.clone();
         tokio::spawn(async move {
@@ -290,7 +293,7 @@ async fn main() -> anyhow::Result<()> {
                 // the Lease is ours again; the watches keep the caches current meanwhile, so a
                 // Lease nobody took (an API server outage past the renew deadline) is written
                 // again and acted on as soon as the API answers (ADR 0017).
-                ready_flag.store(false, Ordering::SeqCst);
+                phase.set(Phase::StandingBy);
                 tracing::error!(
                     ?lost,
                     "lost the leader Lease; acting no more, campaigning again"
@@ -300,11 +303,12 @@ async fn main() -> anyhow::Result<()> {
                     _ = stopped_renewing.cancelled() => return,
                 }
                 tracing::info!(identity = %campaigner, "leading again");
-                ready_flag.store(synced_flag.load(Ordering::SeqCst), Ordering::SeqCst);
+                phase.lead(synced_flag.load(Ordering::SeqCst));
             }
         });
         Some(elector)
     } else {
+        readiness.lead(false);
         None
     };
 
@@ -319,7 +323,7 @@ async fn main() -> anyhow::Result<()> {
         ?config,
         "starting the controller"
     );
-    let ready_flag = ready.clone();
+    let phase = readiness.clone();
     let synced_flag = synced.clone();
     let leading = leadership.clone();
     let sync_failure = Arc::new(OnceLock::new());
@@ -332,7 +336,9 @@ async fn main() -> anyhow::Result<()> {
             reporter_instance: Some(identity),
             on_ready: Box::new(move || {
                 synced_flag.store(true, Ordering::SeqCst);
-                ready_flag.store(leading.may_act(), Ordering::SeqCst);
+                if leading.may_act() {
+                    phase.lead(true);
+                }
             }),
             cache_sync_timeout: args.cache_sync_timeout,
             sync_failure: sync_failure.clone(),
@@ -352,7 +358,7 @@ async fn main() -> anyhow::Result<()> {
             "the controller did not stop in time after shutdown; stopping without it"
         ),
     }
-    ready.store(false, Ordering::SeqCst);
+    readiness.set(Phase::Stopping);
     shutdown.cancel();
     stop_renewing.cancel();
     if let Some(elector) = elector {

@@ -128,6 +128,8 @@ pub struct ObservedMeta {
     /// UID of the controller ownerReference, if any.
     pub controller_uid: Option<String>,
     pub terminating: bool,
+    /// Written by the Go operator (its field set not yet taken over by this one).
+    pub adoptable: bool,
 }
 
 impl ObservedMeta {
@@ -144,6 +146,9 @@ impl ObservedMeta {
             uid: meta.uid.clone(),
             controller_uid,
             terminating: meta.deletion_timestamp.is_some(),
+            adoptable: meta.managed_fields.iter().flatten().any(|entry| {
+                vko_render::is_adoptable(entry, vko_render::GO_OPERATOR_FIELD_MANAGERS)
+            }),
         }
     }
 }
@@ -273,9 +278,10 @@ watched_kinds! {
 /// A reflector's change stream.
 pub type WatchStream<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
-/// A reflector for `K` on every namespace (managedFields dropped: nothing reads them, and they
-/// are often the larger part of an object), and its stream of touched objects. With
-/// `K = PartialObjectMeta<_>` it watches and caches metadata only.
+/// A reflector for `K` on every namespace (managedFields dropped, they are often the larger part
+/// of an object, except on the rare object the Go operator wrote, whose field set the apply step
+/// takes over once: [`vko_render::adopt_managed_fields`]), and its stream of touched objects.
+/// With `K = PartialObjectMeta<_>` it watches and caches metadata only.
 fn reflect<K>(client: &kube::Client, config: watcher::Config) -> (Store<K>, WatchStream<K>)
 where
     K: Resource<DynamicType = ()>
@@ -288,7 +294,13 @@ where
 {
     let (reader, writer) = reflector::store();
     let watch = watcher(Api::<K>::all(client.clone()), config).modify(|object| {
-        object.meta_mut().managed_fields = None;
+        let written_by_go_operator =
+            object.meta().managed_fields.iter().flatten().any(|entry| {
+                vko_render::is_adoptable(entry, vko_render::GO_OPERATOR_FIELD_MANAGERS)
+            });
+        if !written_by_go_operator {
+            object.meta_mut().managed_fields = None;
+        }
     });
     let stream = reflector::reflector(writer, watch)
         .default_backoff()

@@ -27,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod adopt;
 mod applied;
 mod conf;
 mod data;
@@ -53,6 +54,7 @@ use serde::Serialize;
 use serde_json::Value;
 use vko_api::{Valkey, ValkeySpec};
 
+pub use adopt::{GO_OPERATOR_FIELD_MANAGERS, adopt_managed_fields, is_adoptable};
 pub use applied::{applied_hash, live_holds, stamp_applied_hash};
 pub use conf::{
     DATA_DIR, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_REBOOT_DOWN_AFTER_MS, SENTINEL_CONF_KEY,
