@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 
-use crate::ha_support::{Conn, Reply, VALKEY_PORT, endpoint_pods};
+use crate::ha_support::{Conn, Reply, VALKEY_PORT};
 
 /// The testbed's network namespace of `pod` (`vkotb-<first 12 hex digits of its UID>`).
 pub async fn pod_netns(client: &kube::Client, ns: &str, pod: &str) -> anyhow::Result<String> {
@@ -235,55 +235,151 @@ pub struct Samples {
     /// The most ready `-rw` endpoints at one sample.
     pub max_rw_endpoints: usize,
     pub max_rw_endpoints_pods: Vec<String>,
-    /// The longest time between two samples.
+    /// The longest time between two samples (a watch that fails and relists takes no samples
+    /// until it has listed again, so its outage shows here).
     pub longest_interval: Duration,
+    /// Watch errors (each one restarts that watch with a new list).
+    pub watch_errors: usize,
 }
 
-/// Samples the master-labelled pods of the namespace and the ready endpoints of `<valkey>-rw` every
-/// `every` until stopped.
+/// One watched collection: the state as the watch reported it, by object name.
+struct Watched<T> {
+    current: std::collections::BTreeMap<String, T>,
+    /// Objects of a (re)list in progress; they replace `current` at `InitDone`.
+    listing: Option<std::collections::BTreeMap<String, T>>,
+    /// Listed at least once and no error since the last (re)list began.
+    fresh: bool,
+}
+
+impl<T> Watched<T> {
+    fn new() -> Self {
+        Watched {
+            current: Default::default(),
+            listing: None,
+            fresh: false,
+        }
+    }
+
+    fn apply<K: kube::Resource>(
+        &mut self,
+        event: kube::runtime::watcher::Event<K>,
+        value: impl Fn(&K) -> T,
+    ) {
+        use kube::runtime::watcher::Event;
+        let name = |k: &K| k.meta().name.clone().unwrap_or_default();
+        match event {
+            Event::Init => self.listing = Some(Default::default()),
+            Event::InitApply(k) => {
+                if let Some(listing) = self.listing.as_mut() {
+                    listing.insert(name(&k), value(&k));
+                }
+            }
+            Event::InitDone => {
+                if let Some(listing) = self.listing.take() {
+                    self.current = listing;
+                }
+                self.fresh = true;
+            }
+            Event::Apply(k) => {
+                self.current.insert(name(&k), value(&k));
+            }
+            Event::Delete(k) => {
+                self.current.remove(&name(&k));
+            }
+        }
+    }
+}
+
+/// Watches the master-labelled pods of the namespace and the EndpointSlices of `<valkey>-rw`, and
+/// samples what the watches say after every event and at least every `every`, until stopped. A
+/// watch delivers every state the API server went through, so a label that two pods carry at once
+/// for less than `every` is seen too.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    stop: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<Samples>,
 }
 
 impl Sampler {
     pub fn start(client: kube::Client, ns: String, valkey: String, every: Duration) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
+        use futures::StreamExt;
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let stop = Arc::new(tokio::sync::Notify::new());
         let stop2 = stop.clone();
         let task = tokio::spawn(async move {
             let started = Instant::now();
             let mut samples = Samples::default();
             let mut last: Option<Instant> = None;
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
             // One Valkey per test namespace; Sentinel pods carry no instanceRole.
-            let selector = "vko.gtrfc.com/instanceRole=master";
-            while !stop2.load(Ordering::SeqCst) {
-                let tick = Instant::now();
-                let labelled = pods.list(&ListParams::default().labels(selector)).await;
-                let rw = endpoint_pods(&client, &ns, &format!("{valkey}-rw")).await;
-                if let (Ok(labelled), Ok(rw)) = (labelled, rw) {
-                    let now = Instant::now();
-                    if let Some(prev) = last {
-                        samples.longest_interval = samples.longest_interval.max(now - prev);
-                    }
-                    last = Some(now);
-                    samples.samples += 1;
-                    let names: Vec<String> = labelled
-                        .items
-                        .iter()
-                        .filter_map(|p| p.metadata.name.clone())
-                        .collect();
-                    if names.len() > samples.max_master_labels {
-                        samples.max_master_labels = names.len();
-                        samples.max_master_labels_at = Some(started.elapsed());
-                        samples.max_master_labels_pods = names;
-                    }
-                    if rw.len() > samples.max_rw_endpoints {
-                        samples.max_rw_endpoints = rw.len();
-                        samples.max_rw_endpoints_pods = rw;
-                    }
+            let mut pod_events = watcher(
+                pods,
+                watcher::Config::default().labels("vko.gtrfc.com/instanceRole=master"),
+            )
+            .default_backoff()
+            .boxed();
+            let mut slice_events = watcher(
+                slices,
+                watcher::Config::default()
+                    .labels(&format!("kubernetes.io/service-name={valkey}-rw")),
+            )
+            .default_backoff()
+            .boxed();
+            let mut labelled: Watched<()> = Watched::new();
+            let mut rw: Watched<Vec<String>> = Watched::new();
+            let ready_endpoints = |slice: &EndpointSlice| -> Vec<String> {
+                slice
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                    .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+                    .collect()
+            };
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop2.notified() => break,
+                    event = pod_events.next() => match event {
+                        Some(Ok(event)) => labelled.apply(event, |_| ()),
+                        Some(Err(_)) => {
+                            samples.watch_errors += 1;
+                            labelled.fresh = false;
+                        }
+                        None => break,
+                    },
+                    event = slice_events.next() => match event {
+                        Some(Ok(event)) => rw.apply(event, ready_endpoints),
+                        Some(Err(_)) => {
+                            samples.watch_errors += 1;
+                            rw.fresh = false;
+                        }
+                        None => break,
+                    },
+                    _ = tick.tick() => {}
                 }
-                tokio::time::sleep(every.saturating_sub(tick.elapsed())).await;
+                if !(labelled.fresh && rw.fresh) {
+                    continue;
+                }
+                let now = Instant::now();
+                if let Some(prev) = last {
+                    samples.longest_interval = samples.longest_interval.max(now - prev);
+                }
+                last = Some(now);
+                samples.samples += 1;
+                if labelled.current.len() > samples.max_master_labels {
+                    samples.max_master_labels = labelled.current.len();
+                    samples.max_master_labels_at = Some(started.elapsed());
+                    samples.max_master_labels_pods = labelled.current.keys().cloned().collect();
+                }
+                let mut endpoints: Vec<String> = rw.current.values().flatten().cloned().collect();
+                endpoints.sort();
+                endpoints.dedup();
+                if endpoints.len() > samples.max_rw_endpoints {
+                    samples.max_rw_endpoints = endpoints.len();
+                    samples.max_rw_endpoints_pods = endpoints;
+                }
             }
             samples
         });
@@ -291,7 +387,7 @@ impl Sampler {
     }
 
     pub async fn stop(self) -> Samples {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.notify_one();
         self.task.await.unwrap_or_default()
     }
 }

@@ -3,6 +3,9 @@
 //! testbed. Behind the `e2e` feature like the binary, so plain `cargo test --workspace` builds none
 //! of it.
 
+/// What the fencing tests and `bench fence` compute from the writers' acknowledgements: when a
+/// master stopped acknowledging, which lost writes fall inside the allowed window.
+pub mod fence_measure;
 /// The fencing tests' writers (inside a pod's network namespace, through a Service) and the
 /// master-label sampler.
 #[cfg(feature = "e2e")]

@@ -6,7 +6,7 @@ use anyhow::Context;
 use vko_testbed::controlplane::{self, BuildOutcome, format_duration};
 use vko_testbed::paths::{self, Paths};
 
-use crate::testbed;
+use crate::{bench_fence, testbed};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,12 +33,18 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         rolls: u32,
     },
+    /// Master fencing under two writers (one inside the master's network namespace, one through
+    /// `-rw`): per topology (3 data + 3 Sentinel, 3 without Sentinel) and fault (SIGSTOP of the
+    /// master's valkey, partition of its pod), the fence time, the lost-write window and the time
+    /// to Phase OK after the fault. One cluster per topology; uses the running testbed like `roll`.
+    Fence(bench_fence::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Testbed { cold, cycles } => bench_testbed(cold, cycles.max(1)),
         Bench::Roll { rolls } => bench_roll(rolls.max(1)),
+        Bench::Fence(args) => bench_fence::run(args),
     }
 }
 
@@ -126,7 +132,7 @@ fn cold_build(go_module: &std::path::Path, scratch: &std::path::Path) -> anyhow:
     }
 }
 
-fn cpu_count() -> usize {
+pub(crate) fn cpu_count() -> usize {
     std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(1)
@@ -161,7 +167,7 @@ fn parse_bench_line(line: &str) -> Option<RollSample> {
 }
 
 /// The value at quantile `q` (nearest rank) of sorted `values`.
-fn quantile(sorted: &[u64], q: f64) -> u64 {
+pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -169,23 +175,30 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn bench_roll(rolls: u32) -> anyhow::Result<()> {
+/// Runs the ignored end-to-end test `test` (`<area>::<name>`) on the testbed with `env`, echoing
+/// its stdout and handing every line to `on_line`. Builds the operator and the sidecar first;
+/// someone else's running testbed is used and left running, one started here is stopped again.
+pub(crate) fn run_ignored_e2e(
+    test: &str,
+    env: &[(&str, String)],
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
     use std::io::BufRead;
     paths::require_root()?;
     let paths = Paths::from_env();
     let root = testbed::repo_root();
     testbed::cargo(&["build", "-p", "vko-operator", "-p", "vko-sidecar"])?;
     let helm = crate::helm::build()?;
-    // Someone else's testbed is used and left running; one started here is stopped again.
     let started_here = testbed::refuse_if_running(&paths).is_ok();
     if started_here {
         testbed::build_go_binaries()?;
         let elapsed = testbed::start_built(&paths)?;
         println!("testbed ready in {}", format_duration(elapsed));
     }
-    let run = || -> anyhow::Result<Vec<RollSample>> {
+    let mut run = || -> anyhow::Result<()> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut child = std::process::Command::new(cargo)
+        let mut command = std::process::Command::new(cargo);
+        command
             .args([
                 "test",
                 "--package",
@@ -197,7 +210,7 @@ fn bench_roll(rolls: u32) -> anyhow::Result<()> {
                 "--",
                 "--ignored",
                 "--exact",
-                "operator_roll::bench_roll",
+                test,
                 "--nocapture",
             ])
             .current_dir(&root)
@@ -205,29 +218,36 @@ fn bench_roll(rolls: u32) -> anyhow::Result<()> {
             .env(paths::BIN_DIR_ENV, paths::bin_dir())
             .env(paths::STATE_DIR_ENV, paths.state_dir())
             .env(vko_testbed::harness::HELM_BIN_ENV, &helm)
-            .env("VKO_BENCH_ROLLS", rolls.to_string())
-            .stdout(std::process::Stdio::piped())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(std::process::Stdio::piped());
+        let mut child = command
             .spawn()
-            .context("running the bench_roll end-to-end test")?;
-        let mut samples = Vec::new();
+            .with_context(|| format!("running the {test} end-to-end test"))?;
         if let Some(stdout) = child.stdout.take() {
             for line in std::io::BufReader::new(stdout).lines() {
                 let line = line?;
                 println!("{line}");
-                if let Some(sample) = parse_bench_line(&line) {
-                    samples.push(sample);
-                }
+                on_line(&line);
             }
         }
         let status = child.wait()?;
-        anyhow::ensure!(status.success(), "the bench_roll test failed ({status})");
-        Ok(samples)
+        anyhow::ensure!(status.success(), "the {test} test failed ({status})");
+        Ok(())
     };
     let result = run();
     if started_here {
         testbed::down()?;
     }
-    let samples = result?;
+    result
+}
+
+fn bench_roll(rolls: u32) -> anyhow::Result<()> {
+    let mut samples = Vec::new();
+    run_ignored_e2e(
+        "operator_roll::bench_roll",
+        &[("VKO_BENCH_ROLLS", rolls.to_string())],
+        |line| samples.extend(parse_bench_line(line)),
+    )?;
     println!();
     println!(
         "rolling-update benchmark ({rolls} rolls per topology, {} CPUs; gap = the writer's longest \

@@ -3,6 +3,7 @@
 
 mod alerts;
 mod bench;
+mod bench_fence;
 mod demo;
 mod exporter;
 mod gen_crd;

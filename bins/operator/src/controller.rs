@@ -1128,6 +1128,17 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         let advisories = status::advisory_events(current, &snapshot.advisories);
         let pods = status::pod_problem_events(current, &snapshot.pod_problems);
         let fenced = status::fenced_events(current, &snapshot.fenced_pods);
+        for event in &fenced {
+            pass.ctx
+                .metrics
+                .master_fences
+                .get_or_create(&vec![
+                    ("namespace", namespace.clone()),
+                    ("name", name.clone()),
+                    ("reason", event.reason.clone()),
+                ])
+                .inc();
+        }
         let events = status::transition_events(current, &next).into_iter();
         for event in events.chain(advisories).chain(pods).chain(fenced) {
             publish(pass.ctx, pass.valkey, event).await;

@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use vko_api::Valkey;
+use vko_api::{ConditionType, Valkey};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -24,6 +24,9 @@ pub struct Metrics {
     pub registry: Registry,
     pub reconcile_errors: Family<Labels, Counter>,
     pub reconciles: Counter,
+    /// Data pods newly seen fenced (ADR 0019), by cluster and reason: one per `MasterFenced`
+    /// Warning Event.
+    pub master_fences: Family<Labels, Counter>,
 }
 
 impl Metrics {
@@ -39,6 +42,12 @@ impl Metrics {
         );
         let reconciles = Counter::default();
         registry.register("vko_reconciles", "Reconcile passes run", reconciles.clone());
+        let master_fences = Family::<Labels, Counter>::default();
+        registry.register(
+            "vko_master_fences",
+            "Masters newly seen fenced (writes paused: no Sentinel majority names them), by reason",
+            master_fences.clone(),
+        );
         let build_info = Family::<Labels, Gauge>::default();
         build_info
             .get_or_create(&vec![
@@ -56,6 +65,7 @@ impl Metrics {
             registry,
             reconcile_errors,
             reconciles,
+            master_fences,
         }
     }
 
@@ -109,6 +119,7 @@ fn families(valkeys: &[Arc<Valkey>]) -> Vec<(&'static str, &'static str, Family<
     let generation = Family::<Labels, Gauge>::default();
     let observed = Family::<Labels, Gauge>::default();
     let version = Family::<Labels, Gauge>::default();
+    let fenced_since = Family::<Labels, Gauge>::default();
     for valkey in valkeys {
         let id = vec![
             ("namespace", valkey.namespace().unwrap_or_default()),
@@ -135,6 +146,11 @@ fn families(valkeys: &[Arc<Valkey>]) -> Vec<(&'static str, &'static str, Family<
             labels.push(("status", c.status.clone()));
             labels.push(("reason", c.reason.clone()));
             condition.get_or_create(&labels).set(1);
+            if c.type_ == ConditionType::MasterFenced.as_str() && c.status == "True" {
+                fenced_since
+                    .get_or_create(&with("reason", c.reason.clone()))
+                    .set(c.last_transition_time.0.as_second());
+            }
             max_observed = max_observed.max(c.observed_generation.unwrap_or(0));
         }
         ready
@@ -182,6 +198,11 @@ fn families(valkeys: &[Arc<Valkey>]) -> Vec<(&'static str, &'static str, Family<
             "vko_valkey_operator_version_info",
             "status.operatorVersion",
             version,
+        ),
+        (
+            "vko_valkey_master_fenced_since_seconds",
+            "While MasterFenced=True: when it turned True (Unix seconds); time() minus it is how long a master has been fenced",
+            fenced_since,
         ),
     ]
 }
@@ -245,6 +266,48 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_fenced_master_shows_since_when_and_counts() {
+        let (reader, mut writer) = store::<Valkey>();
+        let fenced = |status: &str| -> Valkey {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+                "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+                "spec": {"replicas": 3, "image": "valkey/valkey:8.0"},
+                "status": {"phase": "OK", "conditions": [{"type": "MasterFenced",
+                    "status": status, "reason": "AuthorityNotProven",
+                    "message": "a-0: AuthorityNotProven: since 2026-12-01T20:30:00Z",
+                    "lastTransitionTime": "2026-12-01T20:30:01Z", "observedGeneration": 1}]}
+            }))
+            .unwrap()
+        };
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.apply_watcher_event(&watcher::Event::Apply(fenced("True")));
+        let metrics = Metrics::new(Some(reader), "1.0.0");
+        metrics
+            .master_fences
+            .get_or_create(&vec![
+                ("namespace", "ns".to_owned()),
+                ("name", "a".to_owned()),
+                ("reason", "AuthorityNotProven".to_owned()),
+            ])
+            .inc();
+        let text = metrics.encode().unwrap();
+        for line in [
+            // 2026-12-01T20:30:01Z
+            r#"vko_valkey_master_fenced_since_seconds{namespace="ns",name="a",reason="AuthorityNotProven"} 1796157001"#,
+            r#"vko_master_fences_total{namespace="ns",name="a",reason="AuthorityNotProven"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        writer.apply_watcher_event(&watcher::Event::Apply(fenced("False")));
+        let text = metrics.encode().unwrap();
+        assert!(
+            !text.contains("vko_valkey_master_fenced_since_seconds{"),
+            "no series once unfenced:\n{text}"
+        );
     }
 
     fn valkey(namespace: &str, name: &str, phase: &str, ready: u32) -> Valkey {
