@@ -8,14 +8,16 @@
 //! them (`vko_render::adopt_managed_fields`), one master at the end.
 //!
 //! The Go operator's own pods run its `manager sidecar` image, which the testbed does not have;
-//! here its data pods run valkey-server alone (pod 0 master, the others its replicas), which is
-//! what vko meets on the data plane. Without Sentinel; the 3 + 3 layout is not covered here.
+//! here its data pods run valkey-server alone (pod 0 master, the others its replicas) and, for the
+//! 3 + 3 layout, its Sentinel pods valkey-sentinel monitoring pod 0 by host name, which is what vko
+//! meets on the data plane.
 
 use vko_e2e::{ha_support, operator_support};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use ha_support::{
     Follow, Pods, Writer, eventually, info, info_field, missing_keys, role_master_pod,
 };
@@ -189,16 +191,117 @@ fn go_operator_still_owns(meta: &kube::api::ObjectMeta) -> bool {
     })
 }
 
+/// The Go operator's Sentinel tier for `NAME`: 3 Sentinels monitoring pod 0 by host name (quorum
+/// 2), their headless Service and ConfigMap (with a key vko does not render).
+fn go_sentinel_objects(ns: &str) -> String {
+    let labels = "{app.kubernetes.io/instance: mig, app.kubernetes.io/managed-by: vko.gtrfc.com, app.kubernetes.io/component: sentinel, app.kubernetes.io/name: valkey, vko.gtrfc.com/cluster: mig}";
+    let selector = "{app.kubernetes.io/instance: mig, app.kubernetes.io/managed-by: vko.gtrfc.com, app.kubernetes.io/component: sentinel}";
+    format!(
+        r#"---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: mig-sentinel-config, labels: {labels}}}
+data:
+  sentinel.conf: |
+    port 26379
+  legacy.conf: |
+    # written by the Go operator only
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: mig-sentinel-headless, labels: {labels}}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {selector}
+  ports: [{{name: sentinel, port: 26379, targetPort: 26379}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: mig-sentinel, labels: {labels}}}
+spec:
+  replicas: 3
+  serviceName: mig-sentinel-headless
+  podManagementPolicy: Parallel
+  updateStrategy: {{type: OnDelete}}
+  selector: {{matchLabels: {selector}}}
+  template:
+    metadata: {{labels: {labels}}}
+    spec:
+      terminationGracePeriodSeconds: 10
+      containers:
+      - name: sentinel
+        image: valkey/valkey:8.0
+        ports: [{{name: sentinel, containerPort: 26379}}]
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: FQDN, value: "$(POD_NAME).mig-sentinel-headless.{ns}.svc.cluster.local"}}
+        - {{name: PRIMARY, value: "mig-0.mig-headless.{ns}.svc.cluster.local"}}
+        command: ["sh", "-c"]
+        args:
+        - |
+          cat > /data/sentinel.conf <<EOF
+          port 26379
+          sentinel resolve-hostnames yes
+          sentinel announce-hostnames yes
+          sentinel announce-ip $FQDN
+          sentinel monitor mig $PRIMARY 6379 2
+          sentinel down-after-milliseconds mig 5000
+          sentinel failover-timeout mig 60000
+          sentinel parallel-syncs mig 1
+          EOF
+          exec valkey-sentinel /data/sentinel.conf
+        readinessProbe:
+          exec: {{command: ["valkey-cli", "-p", "26379", "ping"]}}
+          periodSeconds: 2
+        volumeMounts:
+        - {{name: data, mountPath: /data}}
+      volumes:
+      - {{name: data, emptyDir: {{}}}}
+"#
+    )
+}
+
+/// A data pod's name (`mig-<n>`), not a Sentinel's.
+fn is_data_pod(name: &str) -> bool {
+    name.strip_prefix("mig-")
+        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() {
-    let test = OperatorTest::start("migrate").await.unwrap();
+    take_over_case(false).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_3_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() {
+    take_over_case(true).await.unwrap();
+}
+
+async fn take_over_case(sentinel: bool) -> anyhow::Result<()> {
+    let test = OperatorTest::start(if sentinel { "migrate-ha" } else { "migrate" }).await?;
     let client = test.client();
     let ns = test.ns().to_owned();
 
     // The Go operator's cluster, running: pod 0 master, two replicas, labelled as its sidecar does.
-    let objects = create_as_go_operator(&client, &ns, &go_objects(&ns))
-        .await
-        .unwrap();
+    let mut yaml = go_objects(&ns);
+    if sentinel {
+        yaml.push_str(&go_sentinel_objects(&ns));
+    }
+    let objects = create_as_go_operator(&client, &ns, &yaml).await?;
+    if sentinel {
+        eventually(
+            Duration::from_secs(180),
+            "3 Sentinels naming mig-0",
+            || async {
+                let pods = Pods::list(&client, &ns).await?;
+                let host = ha_support::sentinel_master_host(&pods, NAME).await?;
+                anyhow::ensure!(host.starts_with("mig-0."), "Sentinel names {host}");
+                Ok(())
+            },
+        )
+        .await?;
+    }
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     eventually(
         Duration::from_secs(180),
@@ -214,8 +317,7 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
             Ok(())
         },
     )
-    .await
-    .unwrap();
+    .await?;
     for (pod, role) in [
         ("mig-0", "master"),
         ("mig-1", "replica"),
@@ -225,18 +327,16 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
             serde_json::json!({"metadata": {"labels": {"vko.gtrfc.com/instanceRole": role}}});
         pods_api
             .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+            .await?;
     }
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let uids_before: BTreeMap<String, String> =
-        uids(&statefulsets, &services, &config_maps).await.unwrap();
+        uids(&statefulsets, &services, &config_maps, sentinel).await?;
     let go_pods: BTreeMap<String, String> = pods_api
         .list(&Default::default())
-        .await
-        .unwrap()
+        .await?
         .items
         .into_iter()
         .map(|pod| (pod.name_any(), pod.uid().unwrap_or_default()))
@@ -248,7 +348,11 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
         NAME.to_owned(),
         "migrate".into(),
         None,
-        Follow::RoleMaster,
+        if sentinel {
+            Follow::Sentinel
+        } else {
+            Follow::RoleMaster
+        },
     );
     eventually(
         Duration::from_secs(60),
@@ -262,22 +366,26 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
             Ok(())
         },
     )
-    .await
-    .unwrap();
+    .await?;
 
     // vko starts on the same cluster: the Valkey the Go operator's objects are owned by.
     apply_yaml(
         &client,
         &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: mig}\nspec: {replicas: 3, image: valkey/valkey:8.0}\n",
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: mig}}\nspec: {{replicas: 3, image: valkey/valkey:8.0{}}}\n",
+            if sentinel { ", sentinel: {enabled: true, replicas: 3}" } else { "" }
+        ),
     )
     .await
-    .unwrap();
+    ?;
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let valkey_uid = valkeys.get(NAME).await.unwrap().uid().unwrap();
-    own_as_go_operator(&client, &ns, &objects, &valkey_uid)
-        .await
-        .unwrap();
+    let valkey_uid = valkeys
+        .get(NAME)
+        .await?
+        .uid()
+        .context("the Valkey has no UID")?;
+    own_as_go_operator(&client, &ns, &objects, &valkey_uid).await?;
     let started = std::time::Instant::now();
 
     // Taken over: every data pod replaced by vko's (it has the sidecar), OK, no roll in flight.
@@ -294,8 +402,7 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
             })
         },
     )
-    .await
-    .unwrap();
+    .await?;
     let vko_pods = eventually(
         Duration::from_secs(300),
         "every data pod is vko's",
@@ -305,7 +412,7 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
                 .items
                 .into_iter()
                 .filter(|pod| {
-                    pod.name_any().starts_with("mig-") && pod.metadata.deletion_timestamp.is_none()
+                    is_data_pod(&pod.name_any()) && pod.metadata.deletion_timestamp.is_none()
                 })
                 .collect();
             let ours = data.iter().filter(|pod| {
@@ -320,17 +427,49 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
             Ok(data)
         },
     )
-    .await
-    .unwrap();
+    .await?;
+    if sentinel {
+        eventually(
+            Duration::from_secs(300),
+            "every Sentinel pod is vko's",
+            || async {
+                let pods = pods_api.list(&Default::default()).await?;
+                let replaced = pods
+                    .items
+                    .iter()
+                    .filter(|pod| pod.name_any().starts_with("mig-sentinel-"))
+                    .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+                    .filter(|pod| go_pods.get(&pod.name_any()) != pod.uid().as_ref())
+                    .count();
+                anyhow::ensure!(replaced == 3, "{replaced} of 3 Sentinel pods replaced");
+                Ok(())
+            },
+        )
+        .await?;
+        wait_for_valkey(
+            &valkeys,
+            NAME,
+            "OK, 3 ready, no roll in flight after the Sentinel roll",
+            Duration::from_secs(300),
+            |v| {
+                v.status.as_ref().is_some_and(|s| {
+                    s.phase == Some(Phase::Ok)
+                        && s.ready_replicas == Some(3)
+                        && s.rolling_update.is_none()
+                })
+            },
+        )
+        .await?;
+    }
     let took_over = started.elapsed();
-    let pods = Pods::list(&client, &ns).await.unwrap();
-    let master = role_master_pod(&pods, NAME).await.unwrap();
+    let pods = Pods::list(&client, &ns).await?;
+    let master = role_master_pod(&pods, NAME).await?;
     let log = writer.stop().await;
-    let master_ip = pods.ip(&master).unwrap();
-    let lost = missing_keys(&master_ip, &log.acked).await.unwrap().len();
-    let replication = info(&master_ip, "replication").await.unwrap();
+    let master_ip = pods.ip(&master).context("the master has no IP")?;
+    let lost = missing_keys(&master_ip, &log.acked).await?.len();
+    let replication = info(&master_ip, "replication").await?;
     println!(
-        "MEASURED migrate: take_over_ms={} acked={} lost={lost} errors={} longest_gap_ms={} master={master}",
+        "MEASURED migrate sentinel={sentinel}: take_over_ms={} acked={} lost={lost} errors={} longest_gap_ms={} master={master}",
         took_over.as_millis(),
         log.acked.len(),
         log.error_count,
@@ -359,21 +498,36 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
         .map(|event| event.deprecated_count.unwrap_or(1).max(1))
         .sum::<i32>();
     assert_eq!(rolls, 1, "exactly one completed roll");
+    if sentinel {
+        let sentinel_rolls = events_about(&client, &ns, NAME, "Normal")
+            .await
+            .into_iter()
+            .filter(|event| event.reason.as_deref() == Some("SentinelUpdateComplete"))
+            .count();
+        assert_eq!(sentinel_rolls, 1, "exactly one completed Sentinel roll");
+    }
 
     // Nothing deleted and recreated; the Go operator's fields gone, vko the only writer.
     assert_eq!(
-        uids(&statefulsets, &services, &config_maps).await.unwrap(),
+        uids(&statefulsets, &services, &config_maps, sentinel).await?,
         uids_before
     );
-    let statefulset = statefulsets.get(NAME).await.unwrap();
+    if sentinel {
+        let config = config_maps.get("mig-sentinel-config").await?;
+        assert!(!go_operator_still_owns(&config.metadata));
+        assert!(
+            !config.data.unwrap_or_default().contains_key("legacy.conf"),
+            "the Go operator's Sentinel ConfigMap key is still there"
+        );
+        let statefulset = statefulsets.get("mig-sentinel").await?;
+        assert!(!go_operator_still_owns(&statefulset.metadata));
+    }
+    let statefulset = statefulsets.get(NAME).await?;
     let template = statefulset
         .spec
         .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+        .and_then(|spec| spec.template.spec.as_ref())
+        .context("the StatefulSet has no pod template")?;
     let init_names: Vec<&str> = template
         .init_containers
         .iter()
@@ -385,17 +539,18 @@ async fn a_cluster_the_go_operator_wrote_is_taken_over_with_one_lossless_roll() 
         "init containers: {init_names:?}"
     );
     assert!(!go_operator_still_owns(&statefulset.metadata));
-    let config = config_maps.get("mig-config").await.unwrap();
+    let config = config_maps.get("mig-config").await?;
     assert!(
         !config.data.unwrap_or_default().contains_key("legacy.conf"),
         "the Go operator's ConfigMap key is still there"
     );
     assert!(!go_operator_still_owns(&config.metadata));
     for service in ["mig-headless", "mig-rw"] {
-        let found = services.get(service).await.unwrap();
+        let found = services.get(service).await?;
         assert!(!go_operator_still_owns(&found.metadata), "{service}");
     }
-    test.cleanup().await.unwrap();
+    test.cleanup().await?;
+    Ok(())
 }
 
 /// The UIDs of the objects the Go operator wrote, by kind/name.
@@ -403,21 +558,30 @@ async fn uids(
     statefulsets: &Api<StatefulSet>,
     services: &Api<Service>,
     config_maps: &Api<ConfigMap>,
+    sentinel: bool,
 ) -> anyhow::Result<BTreeMap<String, String>> {
+    let (statefulset_names, service_names, config_names): (&[&str], &[&str], &[&str]) = if sentinel
+    {
+        (
+            &["mig", "mig-sentinel"],
+            &["mig-headless", "mig-rw", "mig-sentinel-headless"],
+            &["mig-config", "mig-sentinel-config"],
+        )
+    } else {
+        (&["mig"], &["mig-headless", "mig-rw"], &["mig-config"])
+    };
     let mut found = BTreeMap::new();
-    let statefulset = statefulsets.get(NAME).await?;
-    found.insert(
-        "statefulset/mig".to_owned(),
-        statefulset.uid().unwrap_or_default(),
-    );
-    for name in ["mig-headless", "mig-rw"] {
-        let service = services.get(name).await?;
-        found.insert(format!("service/{name}"), service.uid().unwrap_or_default());
+    for name in statefulset_names {
+        let uid = statefulsets.get(name).await?.uid().unwrap_or_default();
+        found.insert(format!("statefulset/{name}"), uid);
     }
-    let config = config_maps.get("mig-config").await?;
-    found.insert(
-        "configmap/mig-config".to_owned(),
-        config.uid().unwrap_or_default(),
-    );
+    for name in service_names {
+        let uid = services.get(name).await?.uid().unwrap_or_default();
+        found.insert(format!("service/{name}"), uid);
+    }
+    for name in config_names {
+        let uid = config_maps.get(name).await?.uid().unwrap_or_default();
+        found.insert(format!("configmap/{name}"), uid);
+    }
     Ok(found)
 }

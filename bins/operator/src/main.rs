@@ -52,8 +52,14 @@ struct Args {
     /// Address of /metrics; `0` disables it.
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     metrics_bind_address: String,
-    /// Address of /healthz and /readyz.
-    #[arg(long, env = "HEALTH_BIND_ADDRESS", default_value = ":8081")]
+    /// Address of /healthz and /readyz (`--health-probe-bind-address`, the reference's name, is
+    /// accepted too).
+    #[arg(
+        long,
+        alias = "health-probe-bind-address",
+        env = "HEALTH_BIND_ADDRESS",
+        default_value = ":8081"
+    )]
     health_bind_address: String,
     /// Run only while holding the leader Leases `valkey-operator.vko.gtrfc.com` (the reference's
     /// name) and `vko-operator-leader` (earlier vko releases').
@@ -456,6 +462,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(timings, leader::Timings::default());
+        let args = Args::parse_from(["vko-operator", "--health-probe-bind-address", ":9440"]);
+        assert_eq!(
+            args.health_bind_address, ":9440",
+            "the reference's flag name"
+        );
         let args = Args::parse_from(["vko-operator", "--cache-sync-timeout", "5m"]);
         assert_eq!(args.cache_sync_timeout, std::time::Duration::from_secs(300));
         assert!(Args::try_parse_from(["vko-operator", "--cache-sync-timeout", "0"]).is_err());
