@@ -13,12 +13,15 @@
 //! - [`unsynced_replicas`], [`replicas_unknown_to_sentinel`]: replica sync state.
 //! - [`instance_role`]: which pod is labelled `instanceRole=master`.
 //! - [`fence_action`]: when a master that cannot prove its authority pauses its writes (ADR 0019).
+//! - [`decide_master_by_lease`], [`lease_fence_action`]: the master Lease without Sentinel
+//!   (ADR 0022): who may promote, when the Lease has expired, when its holder fences.
 //!
 //! Pure: no I/O, no clock, no dependency. Callers gather the answers and act on the result.
 
 mod data;
 mod fence;
 mod label;
+mod lease;
 mod ordinal;
 mod sentinel;
 
@@ -36,6 +39,11 @@ pub use fence::{
     fence_deadline, proves_authority,
 };
 pub use label::{InstanceRole, instance_role};
+pub use lease::{
+    HOLDER_SETTLE, LEASE_EXPIRY_MARGIN, LEASE_RENEW_INTERVAL, LeaseDecision, LeaseSeen,
+    LeaseSighting, LeaseView, MASTER_LEASE_DURATION, decide_master_by_lease, lease_fence_action,
+    master_lease_name,
+};
 pub use ordinal::ordinal_of;
 pub use sentinel::{
     Electorate, SentinelReport, SentinelVerdict, Tally, Vote, sentinel_majority, sentinel_view,
