@@ -402,7 +402,21 @@ pub async fn promote(
             why: "it still answers as a replica after REPLICAOF NO ONE".into(),
         });
     }
-    for (other, other_pod, other_fqdn) in redirect {
+    repoint(name, fqdn, redirect, dialer, port, leadership).await;
+    Ok(())
+}
+
+/// Points every pod of `pods` that runs at `master_fqdn` (`REPLICAOF`); failures are logged
+/// (the sidecars follow the record and the Lease holder too).
+pub async fn repoint(
+    name: &str,
+    master_fqdn: &str,
+    pods: &[(u32, &Pod, &str)],
+    dialer: &Dialer,
+    port: u16,
+    leadership: &Leadership,
+) {
+    for (other, other_pod, other_fqdn) in pods {
         if pod_ip_if_running(other_pod).is_err() {
             continue;
         }
@@ -419,7 +433,7 @@ pub async fn promote(
                 .map_err(|e| failed("connect", e))?;
             let result = match leadership.check("REPLICAOF") {
                 Ok(()) => client
-                    .replicaof(fqdn, port)
+                    .replicaof(master_fqdn, port)
                     .await
                     .map_err(|e| failed("REPLICAOF", e)),
                 Err(refused) => Err(refused),
@@ -429,10 +443,9 @@ pub async fn promote(
         }
         .await;
         if let Err(error) = result {
-            tracing::warn!(pod = %other_name, %error, "could not point the replica at the promoted master");
+            tracing::warn!(pod = %other_name, %error, "could not point the pod at the master");
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -404,7 +404,12 @@ mod tests {
         let healthy = [master(0, 100), replica(1, 100), replica(2, 90)];
         let cut = [unreachable(0), replica(1, 100), replica(2, 120)];
         // One row a case: (Lease, probes) → decision (None: some Wait).
-        type Row = (Option<LeaseView>, Vec<PodProbe>, Option<LeaseDecision>, &'static str);
+        type Row = (
+            Option<LeaseView>,
+            Vec<PodProbe>,
+            Option<LeaseDecision>,
+            &'static str,
+        );
         #[rustfmt::skip]
         let cases: Vec<Row> = vec![
             (None, healthy.to_vec(), Some(LeaseDecision::Grant(0)), "no Lease: grant the master"),
