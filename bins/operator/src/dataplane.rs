@@ -634,9 +634,17 @@ mod tests {
             pod_probe("a", 0, &leaving_master),
             pod_probe("a", 1, &DataAnswer::Answered(Info::parse(REPLICA_INFO))),
         ];
+        let fresh = vko_authority::LeaseView {
+            holder: Some(0),
+            unchanged_for: Duration::ZERO,
+            held_for: Duration::from_secs(60),
+        };
         assert_eq!(
-            vko_authority::decide_master("a", Some(0), &probes),
-            vko_authority::MasterDecision::Steady(0)
+            vko_authority::decide_master_by_lease("a", Some(fresh), &probes),
+            vko_authority::LeaseDecision::Steady {
+                master: 0,
+                demote: vec![]
+            }
         );
     }
 

@@ -135,18 +135,6 @@ pub enum LeaseDecision {
     },
 }
 
-fn progress(probe: &PodProbe) -> (i64, u64) {
-    match probe.state {
-        ProbeState::Master {
-            repl_offset, keys, ..
-        }
-        | ProbeState::Replica {
-            repl_offset, keys, ..
-        } => (repl_offset, keys),
-        _ => (-1, 0),
-    }
-}
-
 /// The most caught-up replica holding data among `probes` other than `except`; ties go to
 /// `prefer`, then to the lower ordinal.
 fn best_replica(probes: &[PodProbe], except: Option<u32>, prefer: Option<u32>) -> Option<u32> {
@@ -155,8 +143,8 @@ fn best_replica(probes: &[PodProbe], except: Option<u32>, prefer: Option<u32>) -
         .filter(|p| Some(p.ordinal) != except)
         .filter(|p| matches!(p.state, ProbeState::Replica { .. }) && p.holds_data())
         .max_by(|a, b| {
-            progress(a)
-                .cmp(&progress(b))
+            a.progress()
+                .cmp(&b.progress())
                 .then((Some(a.ordinal) == prefer).cmp(&(Some(b.ordinal) == prefer)))
                 .then(b.ordinal.cmp(&a.ordinal))
         })

@@ -9,7 +9,6 @@
 //!   minority never names a master.
 //! - [`sentinel_view`]: the operator's reading of every Sentinel's answer in ordinals (the
 //!   majority master and the replicas every agreeing Sentinel knows).
-//! - [`decide_master`]: the operator's decision without Sentinel, over [`PodProbe`]s.
 //! - [`unsynced_replicas`], [`replicas_unknown_to_sentinel`]: replica sync state.
 //! - [`instance_role`]: which pod is labelled `instanceRole=master`.
 //! - [`fence_action`]: when a master that cannot prove its authority pauses its writes (ADR 0019).
@@ -30,10 +29,7 @@ mod sentinel;
 /// serves no writes and refuses to be synced from. The sidecar writes it; the operator reads it.
 pub const HOLD_HOST: &str = "vko-hold.invalid";
 
-pub use data::{
-    MasterDecision, PodProbe, ProbeState, decide_master, replicas_unknown_to_sentinel,
-    unsynced_replicas,
-};
+pub use data::{PodProbe, ProbeState, replicas_unknown_to_sentinel, unsynced_replicas};
 pub use fence::{
     DEFAULT_FENCE_AFTER, FenceAction, FenceInput, FenceReason, UnfenceReason, fence_action,
     fence_deadline, proves_authority,
