@@ -375,18 +375,17 @@ impl Fencer {
         }
     }
 
+    /// What the Lease says, in words that change only when its meaning does (logged on change).
     fn lease_view(&self) -> String {
         match &self.lease_seen {
-            LeaseSeen::Mine { renew_started } => format!(
-                "held by this pod, last renew started {} ms ago",
-                renew_started.map_or("never".into(), |at| self
-                    .now()
-                    .saturating_sub(at)
-                    .as_millis()
-                    .to_string())
-            ),
+            LeaseSeen::Mine {
+                renew_started: Some(_),
+            } => "held by this pod, renewed".into(),
+            LeaseSeen::Mine {
+                renew_started: None,
+            } => "held by this pod, never renewed".into(),
             LeaseSeen::Other(holder) => format!("held by {holder}"),
-            LeaseSeen::Unknown { .. } => "not readable (API unreachable)".into(),
+            LeaseSeen::Unknown { .. } => "not readable or not renewed (API unreachable)".into(),
             LeaseSeen::Missing => "no master Lease or no holder".into(),
         }
     }
