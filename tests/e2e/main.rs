@@ -23,6 +23,7 @@ mod operator_apiserver_restart;
 mod operator_auth_persistence;
 mod operator_failover;
 mod operator_fencing;
+mod operator_fencing_lease;
 mod operator_ha;
 mod operator_leader;
 mod operator_metrics;

@@ -21,7 +21,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use vko_api::consts::labels;
 use vko_api::{ConditionReason, Valkey, ValkeyStatus};
-use vko_authority::{Electorate, MasterDecision, PodProbe, ordinal_of};
+use vko_authority::{Electorate, LeaseDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
 use vko_status::recreation::{BLOCKED_RECHECK, NUDGE_INTERVAL};
 use vko_status::storage::{self, StorageConflict};
@@ -34,6 +34,7 @@ use crate::dataplane::{self, PlaneAnswers, SentinelAnswer};
 use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::leader::Leadership;
+use crate::master_lease;
 use crate::metrics::Metrics;
 use crate::nudge;
 use crate::roll;
@@ -71,6 +72,11 @@ pub struct Context {
     short_since: nudge::ShortSince,
     /// The data of referenced Secrets (the watch keeps metadata only; ADR 0021).
     secret_data: secrets::SecretData,
+    /// Without Sentinel: what each master Lease looked like and since when (ADR 0022), on
+    /// [`Context::clock`].
+    lease_sightings: Mutex<HashMap<ObjectRef<Valkey>, vko_authority::LeaseSighting>>,
+    /// This process's monotonic clock, for the Lease sightings.
+    clock: std::time::Instant,
 }
 
 impl Context {
@@ -93,6 +99,8 @@ impl Context {
             stalled: Mutex::new(HashMap::new()),
             short_since: nudge::ShortSince::default(),
             secret_data: secrets::SecretData::default(),
+            lease_sightings: Mutex::new(HashMap::new()),
+            clock: std::time::Instant::now(),
         }
     }
 }
@@ -745,6 +753,8 @@ struct Authority {
     note: Option<String>,
     /// It adopted or promoted a master: the roll waits and the pass requeues in 1 s.
     acted: bool,
+    /// Without Sentinel: when to look at the master Lease again (its expiry, a holder settling).
+    recheck: Option<Duration>,
     sentinel_peers: Option<SentinelPeers>,
 }
 
@@ -860,7 +870,10 @@ async fn sentinel_authority(pass: &Pass<'_>, observed: &Observed, plane: &DataPl
     }
 }
 
-/// Without Sentinel, above one replica: the operator keeps, adopts or promotes (ADR 0005).
+/// Without Sentinel, above one replica: the operator is the authority through the master Lease
+/// (ADR 0022): it grants the Lease to the master it adopts, keeps it, demotes a master that does
+/// not hold it, and moves it before every promotion, which it makes only once an unreachable
+/// holder's Lease has been unchanged for D + margin on this process's clock.
 async fn operator_authority(
     pass: &Pass<'_>,
     observed: &Observed,
@@ -873,57 +886,187 @@ async fn operator_authority(
         names,
         ..
     } = &pass.target;
+    let ctx = pass.ctx;
     let recorded = observed.recorded;
-    let waiting = |note: String| Authority {
+    let waiting = |note: String, recheck: Option<Duration>| Authority {
         master: recorded,
         note: Some(note),
+        recheck,
         ..Authority::default()
     };
-    match vko_authority::decide_master(name, recorded, &plane.probes) {
-        MasterDecision::Steady(ordinal) => Authority {
-            master: Some(ordinal),
-            ..Authority::default()
-        },
-        MasterDecision::Adopt(ordinal) => {
-            tracing::info!(%namespace, %name, ordinal, "adopting the only pod that answers master");
+    let lease_name = vko_authority::master_lease_name(name);
+    let lease = match master_lease::read(&ctx.client, namespace, &lease_name).await {
+        Ok(lease) => lease,
+        Err(error) => {
+            let authority = waiting(error.to_string(), None);
+            problems.push(error);
+            return authority;
+        }
+    };
+    let key = ObjectRef::from_obj(pass.valkey);
+    let now = ctx.clock.elapsed();
+    let view = lease.as_ref().map(|lease| {
+        let version = lease
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
+        let holder = master_lease::holder_of(lease);
+        let mut sightings = ctx
+            .lease_sightings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let sighting =
+            vko_authority::LeaseSighting::seen(sightings.get(&key), version, holder, now);
+        let view = sighting.view(name, now);
+        sightings.insert(key.clone(), sighting);
+        view
+    });
+    match vko_authority::decide_master_by_lease(name, view, &plane.probes) {
+        LeaseDecision::Grant(ordinal) => {
+            let pod = names.data_pod(ordinal);
+            let owner = pass.valkey.controller_owner_ref(&());
+            match master_lease::grant(
+                &ctx.client,
+                namespace,
+                &lease_name,
+                owner,
+                &pod,
+                &ctx.leadership,
+            )
+            .await
+            {
+                Ok(()) => {
+                    tracing::info!(%namespace, %name, pod, "master Lease granted to the only pod that answers master");
+                    Authority {
+                        master: Some(ordinal),
+                        acted: true,
+                        ..Authority::default()
+                    }
+                }
+                Err(error) => {
+                    let authority = waiting(error.to_string(), None);
+                    problems.push(error);
+                    authority
+                }
+            }
+        }
+        LeaseDecision::Steady { master, demote } => {
+            let acted = recorded != Some(master) || !demote.is_empty();
+            if !demote.is_empty() {
+                // Stale masters (they lost the Lease, so their sidecars fenced them): made
+                // replicas of the holder; their writes since the fence were never acknowledged.
+                let note = format!(
+                    "Demoted {} to replicas of {}, the master Lease holder",
+                    demote
+                        .iter()
+                        .map(|o| names.data_pod(*o))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    names.data_pod(master)
+                );
+                demote_stale(pass, observed, plane, master, &demote).await;
+                tracing::warn!(%namespace, %name, "{note}");
+                let event = status::EventSpec {
+                    type_: status::EventType::Warning,
+                    reason: "StaleMasterDemoted".into(),
+                    note,
+                };
+                publish(ctx, pass.valkey, event).await;
+            }
             Authority {
-                master: Some(ordinal),
-                acted: true,
+                master: Some(master),
+                acted,
                 ..Authority::default()
             }
         }
-        MasterDecision::Promote {
+        LeaseDecision::Promote {
             candidate,
+            move_lease,
             redirect,
-        } => match promote(pass, observed, plane, candidate, &redirect).await {
-            Ok(()) => {
-                let note = format!(
-                    "Promoted {} (the most caught-up replica) because the recorded master {} was gone or held",
-                    names.data_pod(candidate),
-                    recorded.map(|o| names.data_pod(o)).unwrap_or_default()
-                );
-                tracing::warn!(%namespace, %name, "{note}");
-                let event = status::EventSpec {
-                    type_: status::EventType::Normal,
-                    reason: "MasterPromoted".into(),
-                    note,
+        } => {
+            if move_lease {
+                let moved = match &lease {
+                    Some(lease) => {
+                        master_lease::transfer(
+                            &ctx.client,
+                            namespace,
+                            lease,
+                            &names.data_pod(candidate),
+                            &ctx.leadership,
+                        )
+                        .await
+                    }
+                    None => Err(Error::PromotionRefused {
+                        pod: names.data_pod(candidate),
+                        why: "no master Lease".into(),
+                    }),
                 };
-                publish(pass.ctx, pass.valkey, event).await;
-                Authority {
-                    master: Some(candidate),
-                    acted: true,
-                    ..Authority::default()
+                if let Err(error) = moved {
+                    let authority = waiting(error.to_string(), Some(Duration::from_secs(1)));
+                    problems.push(error);
+                    return authority;
                 }
             }
-            Err(error) => {
-                let authority = waiting(error.to_string());
-                problems.push(error);
-                authority
+            match promote(pass, observed, plane, candidate, &redirect).await {
+                Ok(()) => {
+                    let note = format!(
+                        "Promoted {} (the most caught-up replica) after the master Lease of {} expired or moved",
+                        names.data_pod(candidate),
+                        view.and_then(|v| v.holder)
+                            .map(|o| names.data_pod(o))
+                            .unwrap_or_else(|| "nobody".into())
+                    );
+                    tracing::warn!(%namespace, %name, "{note}");
+                    let event = status::EventSpec {
+                        type_: status::EventType::Normal,
+                        reason: "MasterPromoted".into(),
+                        note,
+                    };
+                    publish(ctx, pass.valkey, event).await;
+                    Authority {
+                        master: Some(candidate),
+                        acted: true,
+                        ..Authority::default()
+                    }
+                }
+                Err(error) => {
+                    let authority = waiting(error.to_string(), None);
+                    problems.push(error);
+                    authority
+                }
             }
-        },
-        MasterDecision::Wait(why) => waiting(why),
-        MasterDecision::SplitBrain(masters) => waiting(format!("several masters: {masters:?}")),
+        }
+        LeaseDecision::Wait { why, recheck } => waiting(why, recheck),
     }
+}
+
+/// Points every stale master in `demote` at `master` (REPLICAOF); failures are logged, the next
+/// pass tries again.
+async fn demote_stale(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    master: u32,
+    demote: &[u32],
+) {
+    let fqdn_of = |ordinal: u32| plane.fqdns.get(ordinal as usize).map(String::as_str);
+    let Some(master_fqdn) = fqdn_of(master) else {
+        return;
+    };
+    let targets: Vec<(u32, &Pod, &str)> = demote
+        .iter()
+        .filter_map(|o| Some((*o, observed.data_pods.get(o)?.as_ref(), fqdn_of(*o)?)))
+        .collect();
+    dataplane::repoint(
+        &pass.target.name,
+        master_fqdn,
+        &targets,
+        &plane.dialer,
+        plane.valkey_port,
+        &pass.ctx.leadership,
+    )
+    .await;
 }
 
 /// Promotes `candidate` and points `redirect` at it.
@@ -1199,6 +1342,9 @@ fn outcome(
         delay
     } else if acted.authority.acted {
         Duration::from_secs(1)
+    } else if let Some(recheck) = acted.authority.recheck {
+        // Waiting for the master Lease to expire or settle: look again right then.
+        recheck.clamp(Duration::from_millis(200), Duration::from_secs(5))
     } else if verdict.ready {
         Duration::from_secs(60)
     } else {

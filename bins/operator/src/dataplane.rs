@@ -402,7 +402,21 @@ pub async fn promote(
             why: "it still answers as a replica after REPLICAOF NO ONE".into(),
         });
     }
-    for (other, other_pod, other_fqdn) in redirect {
+    repoint(name, fqdn, redirect, dialer, port, leadership).await;
+    Ok(())
+}
+
+/// Points every pod of `pods` that runs at `master_fqdn` (`REPLICAOF`); failures are logged
+/// (the sidecars follow the record and the Lease holder too).
+pub async fn repoint(
+    name: &str,
+    master_fqdn: &str,
+    pods: &[(u32, &Pod, &str)],
+    dialer: &Dialer,
+    port: u16,
+    leadership: &Leadership,
+) {
+    for (other, other_pod, other_fqdn) in pods {
         if pod_ip_if_running(other_pod).is_err() {
             continue;
         }
@@ -419,7 +433,7 @@ pub async fn promote(
                 .map_err(|e| failed("connect", e))?;
             let result = match leadership.check("REPLICAOF") {
                 Ok(()) => client
-                    .replicaof(fqdn, port)
+                    .replicaof(master_fqdn, port)
                     .await
                     .map_err(|e| failed("REPLICAOF", e)),
                 Err(refused) => Err(refused),
@@ -429,10 +443,9 @@ pub async fn promote(
         }
         .await;
         if let Err(error) = result {
-            tracing::warn!(pod = %other_name, %error, "could not point the replica at the promoted master");
+            tracing::warn!(pod = %other_name, %error, "could not point the pod at the master");
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -621,9 +634,17 @@ mod tests {
             pod_probe("a", 0, &leaving_master),
             pod_probe("a", 1, &DataAnswer::Answered(Info::parse(REPLICA_INFO))),
         ];
+        let fresh = vko_authority::LeaseView {
+            holder: Some(0),
+            unchanged_for: Duration::ZERO,
+            held_for: Duration::from_secs(60),
+        };
         assert_eq!(
-            vko_authority::decide_master("a", Some(0), &probes),
-            vko_authority::MasterDecision::Steady(0)
+            vko_authority::decide_master_by_lease("a", Some(fresh), &probes),
+            vko_authority::LeaseDecision::Steady {
+                master: 0,
+                demote: vec![]
+            }
         );
     }
 

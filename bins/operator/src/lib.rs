@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod kube_clients;
 pub mod leader;
+pub mod master_lease;
 pub mod metrics;
 pub mod migrate;
 pub mod nudge;

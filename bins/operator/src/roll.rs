@@ -215,6 +215,9 @@ pub fn wanted(inputs: &RollInputs<'_>) -> bool {
 struct FencedDial<'a> {
     dialer: &'a Dialer,
     leadership: &'a Leadership,
+    /// Without Sentinel: (client, namespace, Lease name) of the master Lease, moved to the
+    /// target right before its promotion (ADR 0022).
+    master_lease: Option<(&'a kube::Client, &'a str, String)>,
 }
 
 impl Dial for FencedDial<'_> {
@@ -230,6 +233,16 @@ impl Dial for FencedDial<'_> {
         self.leadership
             .check(step)
             .map_err(|refused| refused.to_string())
+    }
+
+    async fn before_promote(&self, target: &Address) -> Result<(), String> {
+        let Some((client, namespace, lease)) = &self.master_lease else {
+            return Ok(());
+        };
+        let pod = target.host.split('.').next().unwrap_or_default();
+        crate::master_lease::move_to(client, namespace, lease, pod, self.leadership)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -406,6 +419,13 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
     let dial = &FencedDial {
         dialer: inputs.dialer,
         leadership: inputs.leadership,
+        master_lease: (!inputs.valkey.spec.sentinel_enabled()).then(|| {
+            (
+                inputs.client,
+                inputs.namespace,
+                vko_authority::master_lease_name(inputs.names.name()),
+            )
+        }),
     };
     let world = world(inputs)?;
     let recorded = recorded_state(inputs.valkey);

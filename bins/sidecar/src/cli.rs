@@ -13,6 +13,7 @@ use crate::conf;
 use crate::error::{Result, SidecarError};
 use crate::handover::HandoverSettings;
 use crate::init::InitSettings;
+use crate::lease_api::{KubeLeaseApi, LeaseApi};
 use crate::node::Node;
 use crate::pod_api::{KubePodApi, PodApi};
 use crate::sentinel_init::SentinelInit;
@@ -230,6 +231,7 @@ pub async fn run_init(args: InitArgs) -> Result<()> {
         topology: args.cluster.topology(args.replica_config.clone())?,
         dialer: args.tls.dialer(password.clone()),
         pods: Arc::new(NoPodApi),
+        lease: None,
         my_pod: args.cluster.pod_name.clone(),
         active_config: args.output.clone(),
     };
@@ -284,10 +286,22 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
 pub async fn run_sidecar(args: RunArgs) -> Result<()> {
     let password = password_from_env()?;
     let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace).await?;
+    // Without Sentinel the master Lease is the authority (ADR 0022).
+    let lease: Option<Arc<dyn LeaseApi>> = match args.cluster.sentinel_monitor {
+        Some(_) => None,
+        None => Some(Arc::new(
+            KubeLeaseApi::in_cluster(
+                &args.cluster.pod_namespace,
+                &vko_authority::master_lease_name(&args.cluster.cluster),
+            )
+            .await?,
+        )),
+    };
     let node = Node {
         topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,
         dialer: args.tls.dialer(password),
         pods: Arc::new(pods),
+        lease,
         my_pod: args.cluster.pod_name.clone(),
         active_config: args.active_config,
     };

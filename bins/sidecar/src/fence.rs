@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use vko_authority::{
-    FenceAction, FenceInput, FenceReason, UnfenceReason, fence_action, fence_deadline,
+    FenceAction, FenceInput, FenceReason, LeaseSeen, UnfenceReason, fence_action, fence_deadline,
+    lease_fence_action,
 };
 use vko_render::{DOWN_AFTER_MS, MASTER_REBOOT_DOWN_AFTER_MS};
 use vko_valkey::ValkeyClient;
@@ -22,6 +23,7 @@ use vko_valkey::parse::RoleReply;
 
 use crate::decide;
 use crate::error::{Result, SidecarError};
+use crate::lease_api::{HeldLease, LeaseApi, Written};
 use crate::node::Node;
 use crate::topology::{Endpoint, PeerEvidence, ask_sentinels, probe};
 
@@ -113,6 +115,9 @@ pub struct FenceState {
     gate: tokio::sync::Mutex<Gate>,
     /// `Some` while fenced; read by the keeper for the label and the annotation.
     mark: Mutex<Option<FenceMark>>,
+    /// Without Sentinel: this pod holds the master Lease, renewed within F (ADR 0022); the
+    /// keeper labels a master `master` only while it does.
+    lease_held: std::sync::atomic::AtomicBool,
 }
 
 impl FenceState {
@@ -122,6 +127,16 @@ impl FenceState {
 
     pub fn is_fenced(&self) -> bool {
         self.mark().is_some()
+    }
+
+    /// Whether this pod holds the master Lease, renewed within F, and is not fenced.
+    pub fn holds_lease(&self) -> bool {
+        self.lease_held.load(std::sync::atomic::Ordering::SeqCst) && !self.is_fenced()
+    }
+
+    fn set_lease_held(&self, held: bool) {
+        self.lease_held
+            .store(held, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn set_mark(&self, mark: Option<FenceMark>) {
@@ -151,6 +166,10 @@ struct Fencer {
     last_view: Option<String>,
     /// The local role seen by the last round that reached the server.
     was_master: Option<bool>,
+    /// Without Sentinel: the master Lease as last read or written, and what it says.
+    lease: Option<HeldLease>,
+    lease_seen: LeaseSeen,
+    rounds: u64,
 }
 
 /// The fencer, forever (only with Sentinel).
@@ -169,9 +188,58 @@ pub async fn fence_loop(node: Arc<Node>, state: Arc<FenceState>, settings: Fence
         last_proven: None,
         last_view: None,
         was_master: None,
+        lease: None,
+        lease_seen: LeaseSeen::Unknown {
+            renew_started: None,
+        },
+        rounds: 0,
     };
     loop {
         fencer.round().await;
+        tokio::time::sleep(fencer.until_next_round()).await;
+    }
+}
+
+/// A pod that does not hold the Lease reads it this often (every this many rounds) to learn
+/// that it was given it; a master that does not hold it reads it every round.
+const LEASE_READ_EVERY: u64 = 4;
+
+/// The fencer without Sentinel (ADR 0022), forever: every [`vko_authority::LEASE_RENEW_INTERVAL`]
+/// the holder of the master Lease renews it; a master whose last successful renew started F ago,
+/// or that finds the Lease held by another pod, is fenced exactly as with Sentinel, and follows
+/// the holder once the holder answers as master. Inert while the pod is standalone.
+pub async fn lease_fence_loop(
+    node: Arc<Node>,
+    state: Arc<FenceState>,
+    settings: FenceSettings,
+    lease: Arc<dyn LeaseApi>,
+) {
+    tracing::info!(
+        fence_after_ms = settings.fence_after.as_millis() as u64,
+        renew_ms = vko_authority::LEASE_RENEW_INTERVAL.as_millis() as u64,
+        "lease fencer running: the master Lease holder renews it; a master that cannot for fence-after pauses its writes"
+    );
+    let settings = FenceSettings {
+        poll: vko_authority::LEASE_RENEW_INTERVAL,
+        ..settings
+    };
+    let mut fencer = Fencer {
+        node,
+        state,
+        settings,
+        clock: Instant::now(),
+        local: None,
+        last_proven: None,
+        last_view: None,
+        was_master: None,
+        lease: None,
+        lease_seen: LeaseSeen::Unknown {
+            renew_started: None,
+        },
+        rounds: 0,
+    };
+    loop {
+        fencer.lease_round(lease.as_ref()).await;
         tokio::time::sleep(fencer.until_next_round()).await;
     }
 }
@@ -252,6 +320,164 @@ impl Fencer {
             && self.state.is_fenced()
         {
             self.follow_named_master(&named).await;
+        }
+    }
+
+    /// One round without Sentinel: the local role, the Lease (renewed when held), the decision.
+    async fn lease_round(&mut self, api: &dyn LeaseApi) {
+        let started = self.now();
+        self.rounds = self.rounds.wrapping_add(1);
+        if matches!(self.node.standalone(), Ok(true)) {
+            // One pod: nothing to fence against; lift a fence left from before a scale-down.
+            if self.state.is_fenced() {
+                self.unfence(UnfenceReason::NowReplica, "standalone").await;
+            }
+            return;
+        }
+        let Some(is_master) = self.local_is_master().await else {
+            // A server that does not answer acknowledges nothing; it renews nothing either, so
+            // the operator sees its Lease expire and promotes a replica.
+            return;
+        };
+        self.renew(api, is_master, started).await;
+        if let LeaseSeen::Mine {
+            renew_started: Some(at),
+        } = self.lease_seen
+        {
+            self.last_proven = Some(at);
+        }
+        let view = self.lease_view();
+        if self.last_view.as_deref() != Some(view.as_str()) {
+            tracing::info!(view, is_master, "fencer: master Lease");
+            self.last_view = Some(view.clone());
+        }
+        let action = lease_fence_action(
+            is_master,
+            &self.lease_seen,
+            self.now(),
+            self.settings.fence_after,
+            self.state.is_fenced(),
+        );
+        match action {
+            FenceAction::Keep => {}
+            FenceAction::Fence(reason) => self.fence(reason, &view).await,
+            FenceAction::Unfence(reason) => self.unfence(reason, &view).await,
+        }
+        let held = matches!(self.lease_seen, LeaseSeen::Mine { .. })
+            && matches!(action, FenceAction::Keep | FenceAction::Unfence(_));
+        self.state.set_lease_held(held);
+        if let LeaseSeen::Other(holder) = &self.lease_seen
+            && is_master
+            && self.state.is_fenced()
+            && let Some(endpoint) = self.node.topology.endpoint_of_pod(holder)
+        {
+            self.follow_named_master(&endpoint).await;
+        }
+    }
+
+    /// What the Lease says, in words that change only when its meaning does (logged on change).
+    fn lease_view(&self) -> String {
+        match &self.lease_seen {
+            LeaseSeen::Mine {
+                renew_started: Some(_),
+            } => "held by this pod, renewed".into(),
+            LeaseSeen::Mine {
+                renew_started: None,
+            } => "held by this pod, never renewed".into(),
+            LeaseSeen::Other(holder) => format!("held by {holder}"),
+            LeaseSeen::Unknown { .. } => "not readable or not renewed (API unreachable)".into(),
+            LeaseSeen::Missing => "no master Lease or no holder".into(),
+        }
+    }
+
+    /// Reads the Lease when due and renews it when this pod holds it; every call within the
+    /// round's budget (never past this pod's fence deadline). Updates `lease_seen`.
+    async fn renew(&mut self, api: &dyn LeaseApi, is_master: bool, started: Duration) {
+        let budget = if self.state.is_fenced() {
+            self.settings.ask_timeout
+        } else {
+            fence_deadline(self.last_proven, self.settings.fence_after)
+                .map_or(self.settings.ask_timeout, |d| d.saturating_sub(started))
+                .clamp(MIN_ASK, self.settings.ask_timeout)
+        };
+        let deadline = tokio::time::Instant::now() + budget;
+        let renewed_before = match &self.lease_seen {
+            LeaseSeen::Mine { renew_started } | LeaseSeen::Unknown { renew_started } => {
+                *renew_started
+            }
+            _ => None,
+        };
+        let holds = |lease: &Option<HeldLease>, me: &str| {
+            lease.as_ref().and_then(|l| l.holder.as_deref()) == Some(me)
+        };
+        let me = self.node.my_pod.clone();
+        let read_due = self.lease.is_none()
+            || (is_master && !holds(&self.lease, &me))
+            || (!holds(&self.lease, &me) && self.rounds.is_multiple_of(LEASE_READ_EVERY));
+        if read_due {
+            match tokio::time::timeout_at(deadline, api.read()).await {
+                Ok(Ok(Some(lease))) => self.lease = Some(lease),
+                Ok(Ok(None)) => {
+                    self.lease = None;
+                    self.lease_seen = LeaseSeen::Missing;
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "fencer: cannot read the master Lease");
+                    self.lease_seen = LeaseSeen::Unknown {
+                        renew_started: renewed_before,
+                    };
+                    return;
+                }
+                Err(_) => {
+                    self.lease_seen = LeaseSeen::Unknown {
+                        renew_started: renewed_before,
+                    };
+                    return;
+                }
+            }
+        }
+        let Some(lease) = self.lease.clone() else {
+            return;
+        };
+        match lease.holder.as_deref() {
+            None => {
+                self.lease_seen = LeaseSeen::Missing;
+                return;
+            }
+            Some(holder) if holder != me => {
+                self.lease_seen = LeaseSeen::Other(holder.to_owned());
+                return;
+            }
+            Some(_) => {}
+        }
+        match tokio::time::timeout_at(deadline, api.renew(&lease)).await {
+            Ok(Ok(Written::Done(lease))) => {
+                self.lease = Some(*lease);
+                self.lease_seen = LeaseSeen::Mine {
+                    renew_started: Some(started),
+                };
+            }
+            Ok(Ok(Written::Conflict)) => {
+                // Someone else wrote it (the operator moved it, or our last renew landed after
+                // its timeout): read it again next round; this renew proves nothing.
+                self.lease = None;
+                self.lease_seen = LeaseSeen::Unknown {
+                    renew_started: renewed_before,
+                };
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "fencer: renew of the master Lease failed");
+                self.lease_seen = LeaseSeen::Unknown {
+                    renew_started: renewed_before,
+                };
+            }
+            Err(_) => {
+                tracing::debug!("fencer: renew of the master Lease timed out");
+                self.lease_seen = LeaseSeen::Unknown {
+                    renew_started: renewed_before,
+                };
+            }
         }
     }
 
@@ -348,9 +574,9 @@ impl Fencer {
                     tracing::warn!(
                         reason = reason.as_str(),
                         last_proof_ms_ago = last_proof_age.map(|d| d.as_millis() as u64),
-                        sentinels = view,
+                        authority = view,
                         pause_ms = pause.as_millis() as u64,
-                        "FENCED: this master cannot prove the Sentinel majority names it; writes paused"
+                        "FENCED: this master cannot prove its authority; writes paused"
                     );
                 }
             }
@@ -384,7 +610,7 @@ impl Fencer {
                     fenced_ms = since
                         .and_then(|s| s.elapsed().ok())
                         .map(|d| d.as_millis() as u64),
-                    sentinels = view,
+                    authority = view,
                     "UNFENCED: writes resume"
                 );
             }
@@ -421,7 +647,7 @@ impl Fencer {
         match tokio::time::timeout(LOCAL_TIMEOUT, local.replicaof(&named.host, named.port)).await {
             Ok(Ok(())) => tracing::warn!(
                 new_master = %named,
-                "fenced master demoted itself: the Sentinel majority names another master"
+                "fenced master demoted itself: its authority names another master"
             ),
             Ok(Err(e)) => tracing::warn!(error = %e, %named, "fencer: REPLICAOF failed"),
             Err(_) => {

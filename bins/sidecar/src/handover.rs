@@ -9,12 +9,81 @@
 use std::time::Duration;
 
 use vko_authority::InstanceRole;
-use vko_valkey::switchover::{self, Outcome, Promoter};
+use vko_valkey::switchover::{self, Dial, Outcome, Promoter};
+use vko_valkey::{SentinelClient, ValkeyClient};
 
 use crate::decide;
 use crate::error::{Result, SidecarError};
+use crate::lease_api::{LeaseApi, Written};
 use crate::node::Node;
 use crate::topology::Endpoint;
+
+/// The node's dialer, and the master Lease moved to the switchover's target right before its
+/// promotion: this pod's writes are paused by then and it becomes a replica before the pause
+/// ends, so it acknowledges nothing after it gave the authority away.
+struct LeaseMovingDial<'a> {
+    node: &'a Node,
+    lease: &'a dyn LeaseApi,
+}
+
+impl Dial for LeaseMovingDial<'_> {
+    async fn valkey(&self, at: &Endpoint) -> vko_valkey::Result<ValkeyClient> {
+        self.node.dialer.valkey(at).await
+    }
+
+    async fn sentinel(&self, at: &Endpoint) -> vko_valkey::Result<SentinelClient> {
+        self.node.dialer.sentinel(at).await
+    }
+
+    async fn before_promote(&self, target: &Endpoint) -> std::result::Result<(), String> {
+        let Some(successor) = self.node.topology.pod_of(target) else {
+            return Err(format!("{target} is not one of this cluster's pods"));
+        };
+        let moved = tokio::time::timeout(LEASE_MOVE_TIMEOUT, async {
+            // Read fresh: the fencer's copy may be one renew old.
+            for _ in 0..3 {
+                let lease = self
+                    .lease
+                    .read()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the master Lease does not exist")?;
+                if lease.holder.as_deref() != Some(self.node.my_pod.as_str()) {
+                    return Err(format!(
+                        "the master Lease is held by {}, not by this pod",
+                        lease.holder.as_deref().unwrap_or("nobody")
+                    ));
+                }
+                match self.lease.transfer(&lease, &successor).await {
+                    Ok(Written::Done(_)) => return Ok(()),
+                    // Our own fencer renewed it in between: read it again.
+                    Ok(Written::Conflict) => continue,
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Err("the master Lease kept changing".to_owned())
+        })
+        .await
+        .unwrap_or_else(|_| Err("moving the master Lease timed out".into()));
+        match &moved {
+            Ok(()) => tracing::info!(
+                step = "lease",
+                successor,
+                "master Lease moved to the successor"
+            ),
+            Err(why) => tracing::error!(
+                step = "lease",
+                successor,
+                why,
+                "could not move the master Lease"
+            ),
+        }
+        moved
+    }
+}
+
+/// The longest the handover waits for the master Lease to move (writes are paused meanwhile).
+const LEASE_MOVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone)]
 pub struct HandoverSettings {
@@ -75,7 +144,17 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
         pause: settings.pause,
         poll: settings.poll,
     };
-    let result = switchover::switchover(&node.dialer, &local, node.me(), &promoter, &shared).await;
+    let result = match (&promoter, &node.lease) {
+        // Without Sentinel the successor gets the master Lease before it is promoted (ADR 0022).
+        (Promoter::Direct { .. }, Some(lease)) => {
+            let dial = LeaseMovingDial {
+                node,
+                lease: lease.as_ref(),
+            };
+            switchover::switchover(&dial, &local, node.me(), &promoter, &shared).await
+        }
+        _ => switchover::switchover(&node.dialer, &local, node.me(), &promoter, &shared).await,
+    };
     local.close().await;
     let report = match result {
         Ok(Outcome::NotMaster) => return Ok(HandoverOutcome::NotMaster),

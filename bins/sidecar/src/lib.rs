@@ -9,6 +9,7 @@ pub mod error;
 pub mod fence;
 pub mod handover;
 pub mod init;
+pub mod lease_api;
 pub mod node;
 pub mod pod_api;
 pub mod run;

@@ -9,6 +9,7 @@ use vko_valkey::ValkeyClient;
 use crate::conf::{self, RoleLine};
 use crate::decide::{self, Authority};
 use crate::error::{Result, SidecarError};
+use crate::lease_api::LeaseApi;
 use crate::pod_api::PodApi;
 use crate::topology::{Endpoint, Topology, ask_sentinels};
 use vko_valkey::Dialer;
@@ -17,6 +18,9 @@ pub struct Node {
     pub topology: Topology,
     pub dialer: Dialer,
     pub pods: Arc<dyn PodApi>,
+    /// The master Lease without Sentinel (ADR 0022); `None` with Sentinel and in the init
+    /// container.
+    pub lease: Option<Arc<dyn LeaseApi>>,
     /// This pod's name (label patches, drain check).
     pub my_pod: String,
     /// The effective config the sidecar keeps true (ADR 0005).

@@ -16,7 +16,7 @@ use vko_valkey::ValkeyClient;
 
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
-use crate::fence::{FenceSettings, FenceState, fence_loop};
+use crate::fence::{FenceSettings, FenceState, fence_loop, lease_fence_loop};
 use crate::handover::{HandoverOutcome, HandoverSettings, handover};
 use crate::node::Node;
 use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
@@ -160,11 +160,14 @@ impl Keeper {
         };
         // A fenced master serves no write: it must not be where -rw sends them (ADR 0019).
         let fenced = self.fence.is_fenced();
-        let label = if fenced {
-            InstanceRole::Replica
-        } else {
-            decide::label_for(&live, node.me(), sentinel_master.as_ref())
-        };
+        // Without Sentinel a master is labelled master only while it holds the Lease (ADR 0022).
+        let lease_mode = node.lease.is_some() && !node.topology.sentinel_enabled() && !standalone;
+        let label =
+            if fenced || (lease_mode && live == LiveRole::Master && !self.fence.holds_lease()) {
+                InstanceRole::Replica
+            } else {
+                decide::label_for(&live, node.me(), sentinel_master.as_ref())
+            };
         self.keep_fence_annotation().await;
         // What this loop wrote is not necessarily what the pod carries: anyone with access to the
         // pod can change or drop the label, and the -rw / -r Services would follow silently.
@@ -188,7 +191,9 @@ impl Keeper {
             }
         }
         if self.last_label != Some(label) {
-            if label == InstanceRole::Master && sentinel_master.as_ref() == Some(node.me()) {
+            if label == InstanceRole::Master
+                && (sentinel_master.as_ref() == Some(node.me()) || lease_mode)
+            {
                 self.clear_other_master_labels().await;
             }
             match node.pods.set_role_label(&node.my_pod, label).await {
@@ -224,7 +229,7 @@ impl Keeper {
                     match node.pods.set_role_label(&pod, InstanceRole::Replica).await {
                         Ok(()) => tracing::warn!(
                             pod,
-                            "removed the master label of a pod the Sentinel majority does not name"
+                            "removed the master label of a pod the authority does not name"
                         ),
                         Err(e) => {
                             tracing::warn!(pod, error = %e, "could not relabel a stale master")
@@ -585,13 +590,22 @@ pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
     tracing::info!(%addr, pod = shared.node.my_pod, me = %shared.node.me(), "sidecar running");
     let server = tokio::spawn(axum::serve(listener, router(shared.clone())).into_future());
     let keeper = tokio::spawn(keep(shared.clone()));
-    let fencer = shared.node.topology.sentinel_enabled().then(|| {
-        tokio::spawn(fence_loop(
+    let fencer = if shared.node.topology.sentinel_enabled() {
+        Some(tokio::spawn(fence_loop(
             shared.node.clone(),
             shared.fence.clone(),
             shared.fence_settings.clone(),
-        ))
-    });
+        )))
+    } else {
+        shared.node.lease.clone().map(|lease| {
+            tokio::spawn(lease_fence_loop(
+                shared.node.clone(),
+                shared.fence.clone(),
+                shared.fence_settings.clone(),
+                lease,
+            ))
+        })
+    };
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| SidecarError::Config(format!("SIGTERM handler: {e}")))?;

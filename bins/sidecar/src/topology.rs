@@ -173,6 +173,17 @@ impl Topology {
         found
     }
 
+    /// The announced endpoint of one of this cluster's data pods, by pod name.
+    pub fn endpoint_of_pod(&self, pod: &str) -> Option<Endpoint> {
+        match &self.discovery {
+            Discovery::Static { peers, .. } => {
+                let port: u16 = pod.strip_prefix("pod-")?.parse().ok()?;
+                peers.iter().find(|p| p.port == port).cloned()
+            }
+            Discovery::Dns(names) => Some(Endpoint::new(names.data_pod_fqdn(pod), self.me.port)),
+        }
+    }
+
     /// The pod behind an announced endpoint (for label patches), if it is one of ours.
     pub fn pod_of(&self, ep: &Endpoint) -> Option<String> {
         match &self.discovery {

@@ -520,6 +520,7 @@ async fn init_writes_a_config_valkey_accepts_following_the_recorded_master() {
         },
         dialer: vko_valkey::Dialer::new(None),
         pods: Arc::new(FakePods::default()),
+        lease: None,
         my_pod: "pod-new".into(),
         active_config: output.clone(),
     };

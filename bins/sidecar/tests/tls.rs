@@ -72,6 +72,7 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
             key: Some(p("tls.key").into()),
         }))),
         pods: pods.clone(),
+        lease: None,
         my_pod: "vk-0".into(),
         active_config: conf.clone(),
     };

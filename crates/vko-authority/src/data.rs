@@ -1,6 +1,5 @@
-//! The master authority without Sentinel (ADR 0005): the operator adopts a single answering
-//! master and promotes the most caught-up replica when the recorded master is gone or held; and
-//! the replica sync state the status reports.
+//! What one data pod answered ([`PodProbe`]), read by the master Lease decision without
+//! Sentinel (`lease.rs`, ADR 0022), and the replica sync state the status reports.
 
 use crate::sentinel::SentinelVerdict;
 
@@ -53,7 +52,8 @@ impl PodProbe {
         }
     }
 
-    fn progress(&self) -> (i64, u64) {
+    /// (offset, keys): how caught up it is; `(-1, 0)` for a pod that did not answer.
+    pub(crate) fn progress(&self) -> (i64, u64) {
         match self.state {
             ProbeState::Master {
                 repl_offset, keys, ..
@@ -63,80 +63,6 @@ impl PodProbe {
             } => (repl_offset, keys),
             _ => (-1, 0),
         }
-    }
-}
-
-/// What the master authority decided (no Sentinel, more than one replica).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MasterDecision {
-    /// The recorded master answers as the only master.
-    Steady(u32),
-    /// Exactly one pod answers master and it is not the record (first boot, or a drain handover
-    /// by the sidecar): record it.
-    Adopt(u32),
-    /// The recorded master is gone or held and a replica holds data: promote the most caught-up
-    /// one and point the others at it.
-    Promote { candidate: u32, redirect: Vec<u32> },
-    /// Nothing safe to do now; the text says why.
-    Wait(String),
-    /// Several pods answer master; nobody is demoted here (their data may differ).
-    SplitBrain(Vec<u32>),
-}
-
-/// The authority's decision from the record and the probes. `name` is the cluster's name, for
-/// the messages.
-pub fn decide_master(name: &str, recorded: Option<u32>, probes: &[PodProbe]) -> MasterDecision {
-    let masters: Vec<u32> = probes
-        .iter()
-        .filter(|p| p.is_master())
-        .map(|p| p.ordinal)
-        .collect();
-    match masters.as_slice() {
-        [only] if recorded == Some(*only) => return MasterDecision::Steady(*only),
-        [only] => return MasterDecision::Adopt(*only),
-        [] => {}
-        several => return MasterDecision::SplitBrain(several.to_vec()),
-    }
-    let Some(recorded) = recorded else {
-        return MasterDecision::Wait(format!(
-            "no pod answers master yet; {name}-0 starts as master of a new cluster"
-        ));
-    };
-    let recorded_probe = probes.iter().find(|p| p.ordinal == recorded);
-    let recorded_lost = match recorded_probe.map(|p| &p.state) {
-        None | Some(ProbeState::NotRunning(_)) | Some(ProbeState::Unreachable(_)) => true,
-        Some(ProbeState::Replica { in_hold, .. }) => *in_hold,
-        Some(ProbeState::Master { .. }) => false,
-    };
-    if !recorded_lost {
-        return MasterDecision::Wait(format!(
-            "{name}-{recorded} is recorded as master but answers as a replica of another pod"
-        ));
-    }
-    let candidate = probes
-        .iter()
-        .filter(|p| p.ordinal != recorded)
-        .filter(|p| matches!(p.state, ProbeState::Replica { .. }) && p.holds_data())
-        .max_by(|a, b| {
-            a.progress()
-                .cmp(&b.progress())
-                // Ties go to the lower ordinal.
-                .then(b.ordinal.cmp(&a.ordinal))
-        });
-    let Some(candidate) = candidate else {
-        return MasterDecision::Wait(format!(
-            "the recorded master {name}-{recorded} is gone or held and no replica holds data; it leaves the hold by itself when no pod holds data"
-        ));
-    };
-    let redirect = probes
-        .iter()
-        .filter(|p| p.ordinal != candidate.ordinal)
-        .filter(|p| matches!(p.state, ProbeState::Replica { .. }))
-        .map(|p| p.ordinal)
-        .collect();
-    MasterDecision::Promote {
-        candidate: candidate.ordinal,
-        redirect,
     }
 }
 
@@ -216,85 +142,6 @@ mod tests {
             pod: format!("a-{ordinal}"),
             state: ProbeState::NotRunning("pod does not exist".into()),
         }
-    }
-
-    #[test]
-    fn the_recorded_master_answering_is_steady_and_a_single_other_master_is_adopted() {
-        let probes = [master(0, 10, 1), replica(1, Some(0), 10, 1)];
-        assert_eq!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Steady(0)
-        );
-        // A drain handover promoted pod 1: adopt it.
-        let probes = [replica(0, Some(1), 10, 1), master(1, 12, 1)];
-        assert_eq!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Adopt(1)
-        );
-        assert_eq!(decide_master("a", None, &probes), MasterDecision::Adopt(1));
-    }
-
-    #[test]
-    fn a_lost_master_is_replaced_by_the_most_caught_up_replica_with_data() {
-        let probes = [
-            gone(0),
-            replica(1, Some(0), 100, 5),
-            replica(2, Some(0), 120, 5),
-        ];
-        assert_eq!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Promote {
-                candidate: 2,
-                redirect: vec![1]
-            }
-        );
-        // The recorded master restarted into the hold: it is redirected too.
-        let probes = [
-            replica(0, None, 0, 0),
-            replica(1, Some(0), 100, 5),
-            replica(2, Some(0), 100, 5),
-        ];
-        assert_eq!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Promote {
-                candidate: 1,
-                redirect: vec![0, 2]
-            }
-        );
-    }
-
-    #[test]
-    fn an_empty_replica_is_never_promoted() {
-        let probes = [replica(0, None, 50, 3), replica(1, None, 0, 0), gone(2)];
-        assert!(matches!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Wait(_)
-        ));
-        let probes = [gone(0), replica(1, Some(0), 0, 0)];
-        assert!(matches!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Wait(_)
-        ));
-    }
-
-    #[test]
-    fn no_record_and_no_master_waits_and_several_masters_are_reported_not_demoted() {
-        let probes = [replica(0, None, 0, 0), replica(1, None, 0, 0)];
-        assert!(matches!(
-            decide_master("a", None, &probes),
-            MasterDecision::Wait(_)
-        ));
-        let probes = [master(0, 5, 1), master(1, 7, 2)];
-        assert_eq!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::SplitBrain(vec![0, 1])
-        );
-        // The recorded master answering as a replica of someone else: no action.
-        let probes = [replica(0, Some(1), 5, 1), replica(1, Some(0), 5, 1)];
-        assert!(matches!(
-            decide_master("a", Some(0), &probes),
-            MasterDecision::Wait(_)
-        ));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum FenceReason {
     NeverProven,
     /// The last proof is older than F.
     ProofExpired,
+    /// Without Sentinel: the master Lease names another pod (ADR 0022).
+    HeldByOther,
 }
 
 impl FenceReason {
@@ -50,6 +52,7 @@ impl FenceReason {
         match self {
             FenceReason::NeverProven => "AuthorityNeverProven",
             FenceReason::ProofExpired => "AuthorityNotProven",
+            FenceReason::HeldByOther => "AuthorityHeldByOther",
         }
     }
 }
@@ -253,5 +256,6 @@ mod tests {
     fn reasons_have_stable_names() {
         assert_eq!(FenceReason::NeverProven.as_str(), "AuthorityNeverProven");
         assert_eq!(FenceReason::ProofExpired.as_str(), "AuthorityNotProven");
+        assert_eq!(FenceReason::HeldByOther.as_str(), "AuthorityHeldByOther");
     }
 }

@@ -9,16 +9,18 @@
 //!   minority never names a master.
 //! - [`sentinel_view`]: the operator's reading of every Sentinel's answer in ordinals (the
 //!   majority master and the replicas every agreeing Sentinel knows).
-//! - [`decide_master`]: the operator's decision without Sentinel, over [`PodProbe`]s.
 //! - [`unsynced_replicas`], [`replicas_unknown_to_sentinel`]: replica sync state.
 //! - [`instance_role`]: which pod is labelled `instanceRole=master`.
 //! - [`fence_action`]: when a master that cannot prove its authority pauses its writes (ADR 0019).
+//! - [`decide_master_by_lease`], [`lease_fence_action`]: the master Lease without Sentinel
+//!   (ADR 0022): who may promote, when the Lease has expired, when its holder fences.
 //!
 //! Pure: no I/O, no clock, no dependency. Callers gather the answers and act on the result.
 
 mod data;
 mod fence;
 mod label;
+mod lease;
 mod ordinal;
 mod sentinel;
 
@@ -27,15 +29,17 @@ mod sentinel;
 /// serves no writes and refuses to be synced from. The sidecar writes it; the operator reads it.
 pub const HOLD_HOST: &str = "vko-hold.invalid";
 
-pub use data::{
-    MasterDecision, PodProbe, ProbeState, decide_master, replicas_unknown_to_sentinel,
-    unsynced_replicas,
-};
+pub use data::{PodProbe, ProbeState, replicas_unknown_to_sentinel, unsynced_replicas};
 pub use fence::{
     DEFAULT_FENCE_AFTER, FenceAction, FenceInput, FenceReason, UnfenceReason, fence_action,
     fence_deadline, proves_authority,
 };
 pub use label::{InstanceRole, instance_role};
+pub use lease::{
+    HOLDER_SETTLE, LEASE_EXPIRY_MARGIN, LEASE_RENEW_INTERVAL, LeaseDecision, LeaseSeen,
+    LeaseSighting, LeaseView, MASTER_LEASE_DURATION, decide_master_by_lease, lease_fence_action,
+    master_lease_name,
+};
 pub use ordinal::ordinal_of;
 pub use sentinel::{
     Electorate, SentinelReport, SentinelVerdict, Tally, Vote, sentinel_majority, sentinel_view,

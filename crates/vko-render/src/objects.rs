@@ -630,8 +630,9 @@ fn secret_volume(name: &str, secret: &str, items: Option<Vec<KeyToPath>>) -> Vol
 }
 
 /// The sidecar's ServiceAccount, Role and RoleBinding. The Role allows `get` and `patch` on
-/// this cluster's own data pods by name (the spec's pods plus any that still exist), nothing
-/// else: the sidecar labels its own pod's role and reads whether it is terminating.
+/// this cluster's own data pods by name (the spec's pods plus any that still exist), and `get`
+/// and `update` on the cluster's master Lease by name, nothing else: the sidecar labels its own
+/// pod's role, reads whether it is terminating, and renews or hands over the master Lease.
 pub fn sidecar_rbac(ctx: &Ctx<'_>) -> SidecarRbac {
     let names = &ctx.names;
     let labels = ctx.labels(Component::Valkey);
@@ -649,13 +650,24 @@ pub fn sidecar_rbac(ctx: &Ctx<'_>) -> SidecarRbac {
         },
         role: Role {
             metadata: ctx.meta(names.sidecar(), labels.clone()),
-            rules: Some(vec![PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["pods".to_owned()]),
-                verbs: vec!["get".to_owned(), "patch".to_owned()],
-                resource_names: Some(pods),
-                non_resource_urls: None,
-            }]),
+            rules: Some(vec![
+                PolicyRule {
+                    api_groups: Some(vec![String::new()]),
+                    resources: Some(vec!["pods".to_owned()]),
+                    verbs: vec!["get".to_owned(), "patch".to_owned()],
+                    resource_names: Some(pods),
+                    non_resource_urls: None,
+                },
+                // The master Lease without Sentinel (ADR 0022): read, renewed by its holder and
+                // moved to the successor by the preStop handover, each a guarded PUT.
+                PolicyRule {
+                    api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+                    resources: Some(vec!["leases".to_owned()]),
+                    verbs: vec!["get".to_owned(), "update".to_owned()],
+                    resource_names: Some(vec![format!("{}-master", names.name())]),
+                    non_resource_urls: None,
+                },
+            ]),
         },
         role_binding: RoleBinding {
             metadata: ctx.meta(names.sidecar(), labels),

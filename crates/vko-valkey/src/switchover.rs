@@ -62,6 +62,18 @@ pub trait Dial: Sync {
         let _ = step;
         Ok(())
     }
+
+    /// Run under the pause, once the direct promotion's target is caught up and right before its
+    /// `REPLICAOF NO ONE`: without Sentinel the master Lease moves to the target here (ADR 0022),
+    /// so the new master holds the authority before it is master. `Err(why)` ends the switchover
+    /// like a failed step. The default does nothing.
+    fn before_promote(
+        &self,
+        target: &Address,
+    ) -> impl Future<Output = std::result::Result<(), String>> + Send {
+        let _ = target;
+        async { Ok(()) }
+    }
 }
 
 fn proceed<D: Dial>(dial: &D, step: &'static str) -> Result<()> {
@@ -511,6 +523,9 @@ async fn direct<D: Dial>(
             .await
             .map_err(|e| failed("promote", e.to_string()))?;
         proceed(dial, "promote")?;
+        dial.before_promote(&target)
+            .await
+            .map_err(|why| failed("promote", why))?;
         // REPLICAOF NO ONE may run and the check fail: two masters until the operator resolves
         // it, but the old one keeps every write it acknowledged, so nothing acknowledged is lost.
         client

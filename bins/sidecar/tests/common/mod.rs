@@ -205,6 +205,7 @@ pub fn node_for(
         },
         dialer: Dialer::new(None),
         pods,
+        lease: None,
         my_pod: format!("pod-{}", server.port),
         active_config: server.config_path(),
     }

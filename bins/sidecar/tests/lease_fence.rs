@@ -1,0 +1,182 @@
+//! The fencer without Sentinel (ADR 0022) against a real valkey-server and a fake master Lease
+//! API: while this pod renews the Lease it holds, it stays writable; when the API stops
+//! answering it stops acknowledging writes within F of its last renew; a Lease held by another
+//! pod fences it at once; given back, it unfences.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{FakePods, Server, eventually, node_for};
+use futures::future::BoxFuture;
+use k8s_openapi::api::coordination::v1::Lease;
+use vko_sidecar::conf::RoleLine;
+use vko_sidecar::error::{Result, SidecarError};
+use vko_sidecar::fence::{FenceSettings, FenceState, lease_fence_loop};
+use vko_sidecar::lease_api::{HeldLease, LeaseApi, Written};
+use vko_valkey::{ConnectOptions, ValkeyClient};
+
+#[derive(Default)]
+struct World {
+    holder: Option<String>,
+    version: u64,
+    /// The API does not answer (every call fails).
+    cut: bool,
+    renews: u32,
+}
+
+#[derive(Default)]
+struct FakeLease(Mutex<World>);
+
+impl FakeLease {
+    fn lease(world: &World) -> HeldLease {
+        let mut object = Lease::default();
+        object.metadata.resource_version = Some(world.version.to_string());
+        HeldLease {
+            holder: world.holder.clone(),
+            object,
+        }
+    }
+
+    fn write(&self, read: &HeldLease, holder: Option<String>) -> Result<Written> {
+        let mut world = self.0.lock().unwrap();
+        if world.cut {
+            return Err(SidecarError::Kube("connection timed out".into()));
+        }
+        if read.object.metadata.resource_version != Some(world.version.to_string()) {
+            return Ok(Written::Conflict);
+        }
+        world.version += 1;
+        world.holder = holder;
+        world.renews += 1;
+        Ok(Written::Done(Box::new(FakeLease::lease(&world))))
+    }
+}
+
+impl LeaseApi for FakeLease {
+    fn read(&self) -> BoxFuture<'_, Result<Option<HeldLease>>> {
+        Box::pin(async move {
+            let world = self.0.lock().unwrap();
+            if world.cut {
+                return Err(SidecarError::Kube("connection timed out".into()));
+            }
+            Ok(Some(FakeLease::lease(&world)))
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a HeldLease) -> BoxFuture<'a, Result<Written>> {
+        Box::pin(async move { self.write(lease, lease.holder.clone()) })
+    }
+
+    fn transfer<'a>(&'a self, lease: &'a HeldLease, to: &'a str) -> BoxFuture<'a, Result<Written>> {
+        Box::pin(async move { self.write(lease, Some(to.to_owned())) })
+    }
+}
+
+async fn acknowledged(server: &Server, key: &str) -> bool {
+    let mut opts = ConnectOptions::new(common::HOST, server.port);
+    opts.connect_timeout = Duration::from_millis(500);
+    opts.command_timeout = Duration::from_millis(300);
+    let Ok(client) = ValkeyClient::connect(&opts).await else {
+        return false;
+    };
+    let ok = client.set(key, b"v").await.is_ok();
+    client.close().await;
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
+    let master = Server::start(&RoleLine::Master);
+    let mut node = node_for(&master, &[], &[], Arc::new(FakePods::default()));
+    // Not standalone: the replica config of a cluster above one replica exists.
+    std::fs::write(
+        &node.topology.replica_config,
+        "replicaof vko-hold.invalid 6379\n",
+    )
+    .unwrap();
+    let lease = Arc::new(FakeLease::default());
+    lease.0.lock().unwrap().holder = Some(node.my_pod.clone());
+    node.lease = Some(lease.clone());
+    let node = Arc::new(node);
+    let state = Arc::new(FenceState::default());
+    let settings = FenceSettings::default();
+    let f = settings.fence_after;
+    let fencer = tokio::spawn(lease_fence_loop(
+        node.clone(),
+        state.clone(),
+        settings,
+        lease.clone(),
+    ));
+
+    // The holder renews: writable, labelled as the holder.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!state.is_fenced(), "fenced while renewing");
+    assert!(state.holds_lease());
+    assert!(acknowledged(&master, "before").await);
+    let renews = lease.0.lock().unwrap().renews;
+    assert!(renews >= 4, "{renews} renews in 3 s");
+
+    // The API stops answering (the pod is cut off): fenced within F of the last renew.
+    let cut = Instant::now();
+    lease.0.lock().unwrap().cut = true;
+    let fenced_after = eventually("the master fences", Duration::from_secs(10), || async {
+        state.is_fenced().then(|| cut.elapsed())
+    })
+    .await;
+    assert_eq!(state.mark().unwrap().reason.as_str(), "AuthorityNotProven");
+    assert!(
+        fenced_after <= f + Duration::from_millis(100),
+        "fenced {fenced_after:?} after the cut, F {f:?}"
+    );
+    assert!(!state.holds_lease());
+    assert!(
+        !acknowledged(&master, "while-fenced").await,
+        "a fenced master acknowledged"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !acknowledged(&master, "still-fenced").await,
+        "the pause lapsed"
+    );
+
+    // The API answers again and the Lease is still this pod's: unfenced.
+    lease.0.lock().unwrap().cut = false;
+    eventually("the master unfences", Duration::from_secs(5), || async {
+        (!state.is_fenced()).then_some(())
+    })
+    .await;
+    assert!(acknowledged(&master, "after").await);
+
+    // The operator gave the Lease to another pod: fenced at once (no F to wait).
+    let moved = Instant::now();
+    {
+        let mut world = lease.0.lock().unwrap();
+        world.holder = Some("pod-1".into());
+        world.version += 1;
+    }
+    let fenced_after_move = eventually(
+        "fenced on a moved Lease",
+        Duration::from_secs(5),
+        || async { state.is_fenced().then(|| moved.elapsed()) },
+    )
+    .await;
+    assert_eq!(
+        state.mark().unwrap().reason.as_str(),
+        "AuthorityHeldByOther"
+    );
+    assert!(
+        fenced_after_move < f,
+        "fenced {fenced_after_move:?} after the move"
+    );
+    assert!(!acknowledged(&master, "moved").await);
+    println!(
+        "MEASURED lease fence: fenced {} ms after the API cut (F {} ms), {} ms after the Lease moved",
+        fenced_after.as_millis(),
+        f.as_millis(),
+        fenced_after_move.as_millis()
+    );
+    fencer.abort();
+}
