@@ -15,5 +15,6 @@ pub mod metrics;
 pub mod migrate;
 pub mod nudge;
 pub mod roll;
+pub mod scale;
 pub mod secrets;
 pub mod stores;

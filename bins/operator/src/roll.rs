@@ -188,6 +188,12 @@ pub fn wanted(inputs: &RollInputs<'_>) -> bool {
     if standing {
         return true;
     }
+    // A scale-down in progress: pods above spec.replicas still exist, one may be the master
+    // (switched over first, ADR 0024).
+    let replicas = inputs.valkey.spec.replicas_u32();
+    if inputs.data_pods.keys().any(|ordinal| *ordinal >= replicas) {
+        return true;
+    }
     let data_target = template_hash_of_statefulset(
         inputs
             .stores

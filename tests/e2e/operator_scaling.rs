@@ -1,0 +1,457 @@
+//! Scaling a running cluster (ADR 0024) under a writer that counts every OK reply as acknowledged
+//! (plain `SET`, no `WAIT`), one cluster per topology doing the whole sequence:
+//!
+//! - without Sentinel, with AOF persistence: a standalone 1 → 3 (it becomes a replicated cluster)
+//!   → 5 → the master moved to ordinal ≥ 2 (its pod deleted: the sidecar's handover) → 2 (the
+//!   scale-down removes the master's ordinal: the operator switches over first, then shrinks)
+//!   → 3 (pod 2 comes back on its kept PVC and starts as a replica);
+//! - 3 data + 3 Sentinels: data 3 → 5 → master moved → 2 → 3, then Sentinels 3 → 5 → 3.
+//!
+//! After every step: PHASE OK with every pod ready, no pod above the count, the master with every
+//! replica online, and with Sentinel every Sentinel knowing exactly the others and listing exactly
+//! the live replicas (what a scale-down removed is reset away) and `SentinelPeersStale` not True.
+//! Throughout: at most one data pod labelled master at every sample (every 200 ms). At the end:
+//! every acknowledged write on the master and on every replica, and the PVCs of removed pods kept.
+//!
+//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+
+use vko_e2e::{ha_support, operator_support};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ha_support::{
+    Follow, Pods, ROLE_LABEL, SENTINEL_PORT, WriteLog, Writer, call, eventually, info, info_field,
+    missing_keys, role_master_pod, sentinel_master_host,
+};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use operator_support::{OperatorTest, condition};
+use vko_api::{Phase, Valkey};
+
+const NAME: &str = "scale";
+
+/// Data pods `scale-<n>` (not the Sentinels).
+fn data_pods(pods: &Pods) -> Vec<String> {
+    pods.names_with_prefix(&format!("{NAME}-"))
+        .into_iter()
+        .filter(|p| {
+            p.strip_prefix(&format!("{NAME}-"))
+                .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect()
+}
+
+fn sentinel_pods(pods: &Pods) -> Vec<String> {
+    pods.names_with_prefix(&format!("{NAME}-sentinel-"))
+}
+
+fn ordinal(pod: &str) -> u32 {
+    pod.rsplit('-')
+        .next()
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// The pod the writer writes to now.
+async fn master_pod(pods: &Pods, sentinel: bool) -> anyhow::Result<String> {
+    if sentinel {
+        Ok(sentinel_master_host(pods, NAME)
+            .await?
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_owned())
+    } else {
+        role_master_pod(pods, NAME).await
+    }
+}
+
+/// Samples the data pods' master labels every 200 ms; remembers the most seen at once.
+struct LabelSampler {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicUsize>,
+    samples: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LabelSampler {
+    fn start(client: kube::Client, ns: String) -> LabelSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(AtomicUsize::new(0));
+        let samples = Arc::new(AtomicUsize::new(0));
+        let (s, m, n) = (stop.clone(), most.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            let api: Api<Pod> = Api::namespaced(client, &ns);
+            while !s.load(Ordering::SeqCst) {
+                if let Ok(list) = api.list(&ListParams::default()).await {
+                    let labelled = list
+                        .items
+                        .iter()
+                        .filter(|p| {
+                            p.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(ROLE_LABEL))
+                                .is_some_and(|role| role == "master")
+                        })
+                        .count();
+                    m.fetch_max(labelled, Ordering::SeqCst);
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        LabelSampler {
+            stop,
+            most,
+            samples,
+            task,
+        }
+    }
+
+    async fn stop(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.task.await;
+        (
+            self.most.load(Ordering::SeqCst),
+            self.samples.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// One cluster under test.
+struct Cluster<'a> {
+    test: &'a OperatorTest,
+    valkeys: Api<Valkey>,
+    sentinel: bool,
+}
+
+impl Cluster<'_> {
+    /// Everything a finished step promises, for `replicas` data pods and `sentinels`.
+    async fn settled(&self, replicas: u32, sentinels: u32) -> anyhow::Result<()> {
+        let client = self.test.client();
+        let ns = self.test.ns();
+        eventually(
+            Duration::from_secs(420),
+            &format!("settled at {replicas} data pods and {sentinels} Sentinels"),
+            || async {
+                let valkey = self.valkeys.get(NAME).await?;
+                let status = valkey.status.as_ref();
+                anyhow::ensure!(
+                    status.is_some_and(|s| s.phase == Some(Phase::Ok)
+                        && s.ready_replicas == Some(i32::try_from(replicas).unwrap_or(0))
+                        && s.rolling_update.is_none()),
+                    "status {:?}",
+                    status.map(|s| (&s.phase, &s.ready_replicas, &s.message))
+                );
+                if let Some((state, reason, message)) = condition(&valkey, "SentinelPeersStale") {
+                    anyhow::ensure!(state != "True", "SentinelPeersStale {reason}: {message}");
+                }
+                let pods = Pods::list(&client, ns).await?;
+                let data = data_pods(&pods);
+                anyhow::ensure!(
+                    data.len() == replicas as usize,
+                    "data pods {data:?} (want {replicas})"
+                );
+                let master = master_pod(&pods, self.sentinel).await?;
+                let ip = pods.ip(&master).unwrap_or_default();
+                let replication = info(&ip, "replication").await?;
+                let want = (replicas - 1).to_string();
+                anyhow::ensure!(
+                    info_field(&replication, "role") == Some("master")
+                        && info_field(&replication, "connected_slaves") == Some(want.as_str())
+                        && !replication.contains("state=wait_bgsave")
+                        && !replication.contains("state=send_bulk"),
+                    "{master}: {replication}"
+                );
+                for pod in data.iter().filter(|p| **p != master) {
+                    let ip = pods.ip(pod).unwrap_or_default();
+                    let replica = info(&ip, "replication").await?;
+                    anyhow::ensure!(
+                        info_field(&replica, "master_link_status") == Some("up")
+                            && info_field(&replica, "master_host")
+                                .is_some_and(|h| h.starts_with(&format!("{master}."))),
+                        "{pod} not linked to {master}: {replica}"
+                    );
+                }
+                if self.sentinel {
+                    let sentinel_names = sentinel_pods(&pods);
+                    anyhow::ensure!(
+                        sentinel_names.len() == sentinels as usize,
+                        "Sentinel pods {sentinel_names:?}"
+                    );
+                    for pod in &sentinel_names {
+                        let ip = pods.ip(pod).unwrap_or_default();
+                        let master = call(&ip, SENTINEL_PORT, &["SENTINEL", "MASTER", NAME])
+                            .await?
+                            .as_map();
+                        let others = master
+                            .get("num-other-sentinels")
+                            .cloned()
+                            .unwrap_or_default();
+                        let listed = master.get("num-slaves").cloned().unwrap_or_default();
+                        anyhow::ensure!(
+                            others == (sentinels - 1).to_string()
+                                && listed == (replicas - 1).to_string(),
+                            "{pod} knows {others} other Sentinels and lists {listed} replicas"
+                        );
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// Patches the counts and waits until settled; returns how long it took.
+    async fn scale(&self, replicas: u32, sentinels: u32) -> anyhow::Result<Duration> {
+        let mut spec = serde_json::json!({"replicas": replicas});
+        if self.sentinel {
+            spec["sentinel"] = serde_json::json!({"replicas": sentinels});
+        }
+        let started = Instant::now();
+        self.valkeys
+            .patch(
+                NAME,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": spec })),
+            )
+            .await?;
+        self.settled(replicas, sentinels).await?;
+        let took = started.elapsed();
+        println!(
+            "MEASURED {}: scaled to {replicas} data / {sentinels} Sentinels in {} ms",
+            self.test.ns(),
+            took.as_millis()
+        );
+        Ok(took)
+    }
+
+    /// Deletes the master's pod (its sidecar hands over) until the master serves from an
+    /// ordinal of at least `min`, so the next scale-down removes the master's ordinal.
+    async fn move_master_to_at_least(
+        &self,
+        min: u32,
+        replicas: u32,
+        sentinels: u32,
+    ) -> anyhow::Result<String> {
+        let client = self.test.client();
+        let pods_api: Api<Pod> = Api::namespaced(client.clone(), self.test.ns());
+        for _ in 0..6 {
+            let pods = Pods::list(&client, self.test.ns()).await?;
+            let master = master_pod(&pods, self.sentinel).await?;
+            if ordinal(&master) >= min {
+                return Ok(master);
+            }
+            println!("deleting the master pod {master} to move the master");
+            pods_api.delete(&master, &DeleteParams::default()).await?;
+            eventually(Duration::from_secs(120), "a new master", || async {
+                let pods = Pods::list(&client, self.test.ns()).await?;
+                let now = master_pod(&pods, self.sentinel).await?;
+                anyhow::ensure!(now != master, "still {now}");
+                Ok(())
+            })
+            .await?;
+            self.settled(replicas, sentinels).await?;
+        }
+        anyhow::bail!("the master never moved to an ordinal >= {min}")
+    }
+
+    /// Every acknowledged write on every data pod (the replicas given time to catch up).
+    async fn every_write_everywhere(&self, log: &WriteLog) -> anyhow::Result<()> {
+        let client = self.test.client();
+        let pods = Pods::list(&client, self.test.ns()).await?;
+        let master = master_pod(&pods, self.sentinel).await?;
+        let ip = pods.ip(&master).unwrap_or_default();
+        let lost = missing_keys(&ip, &log.acked).await?;
+        anyhow::ensure!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost on the master {master} (first {:?})",
+            lost.len(),
+            log.acked.len(),
+            lost.first()
+        );
+        for pod in data_pods(&pods) {
+            let ip = pods.ip(&pod).unwrap_or_default();
+            eventually(
+                Duration::from_secs(30),
+                &format!("every acknowledged write on {pod}"),
+                || async {
+                    let missing = missing_keys(&ip, &log.acked).await?;
+                    anyhow::ensure!(missing.is_empty(), "{} missing", missing.len());
+                    Ok(())
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+async fn pvc_names(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Starts the writer and waits for its first OKs.
+async fn writing(test: &OperatorTest, sentinel: bool) -> anyhow::Result<Writer> {
+    let writer = Writer::start_following(
+        test.client(),
+        test.ns().to_owned(),
+        NAME.to_owned(),
+        "scale".to_owned(),
+        None,
+        if sentinel {
+            Follow::Sentinel
+        } else {
+            Follow::RoleMaster
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked().await < 300 {
+        anyhow::ensure!(Instant::now() < deadline, "the writer made no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(writer)
+}
+
+fn report(ns: &str, log: &WriteLog, labelled: (usize, usize), steps: &[(String, Duration)]) {
+    let gaps: Vec<u128> = log
+        .switchover_gaps()
+        .into_iter()
+        .map(|d| d.as_millis())
+        .collect();
+    let steps: Vec<String> = steps
+        .iter()
+        .map(|(what, took)| format!("{what}={}ms", took.as_millis()))
+        .collect();
+    println!(
+        "MEASURED {ns}: acked={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} most_labelled_masters={} samples={} steps={}",
+        log.acked.len(),
+        log.error_count,
+        log.longest_gap().as_millis(),
+        labelled.0,
+        labelled.1,
+        steps.join(" ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write() {
+    let test = OperatorTest::start("scale-plain").await.unwrap();
+    let result = async {
+        let (valkeys, _) = test
+            .apply_until_ok(
+                &format!(
+                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 1, image: valkey/valkey:8.0, persistence: {{enabled: true, mode: aof, size: 100Mi}}}}\n"
+                ),
+                NAME,
+                1,
+                Duration::from_secs(180),
+            )
+            .await?;
+        let cluster = Cluster {
+            test: &test,
+            valkeys,
+            sentinel: false,
+        };
+        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
+        let writer = writing(&test, false).await?;
+        let mut steps = Vec::new();
+        for (replicas, what) in [(3, "1->3"), (5, "3->5")] {
+            steps.push((what.to_owned(), cluster.scale(replicas, 0).await?));
+        }
+        let moved = cluster.move_master_to_at_least(2, 5, 0).await?;
+        println!("the master is {moved} before the scale-down to 2");
+        steps.push(("5->2".to_owned(), cluster.scale(2, 0).await?));
+        let client = test.client();
+        let pvcs = pvc_names(&client, test.ns()).await?;
+        anyhow::ensure!(pvcs.len() == 5, "PVCs after 5 -> 2: {pvcs:?} (the removed pods' are kept)");
+        steps.push(("2->3".to_owned(), cluster.scale(3, 0).await?));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let log = writer.stop().await;
+        let labelled = sampler.stop().await;
+        report(test.ns(), &log, labelled, &steps);
+        anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
+        cluster.every_write_everywhere(&log).await?;
+        // Pod 2 came back on its old PVC as a replica (it had been a replica or the master).
+        let pods = Pods::list(&client, test.ns()).await?;
+        let ip = pods.ip(&format!("{NAME}-2")).unwrap_or_default();
+        let role = info_field(&info(&ip, "replication").await?, "role").map(str::to_owned);
+        anyhow::ensure!(role.as_deref() == Some("slave"), "{NAME}-2 is {role:?}");
+        anyhow::ensure!(
+            pvc_names(&client, test.ns()).await? == pvcs,
+            "the scale-up reused the kept PVCs"
+        );
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    if let Err(error) = &result {
+        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
+        panic!("{error:#}");
+    }
+    test.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_write() {
+    let test = OperatorTest::start("scale-ha").await.unwrap();
+    let result = async {
+        let (valkeys, _) = test
+            .apply_until_ok(
+                &format!(
+                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}}}\n"
+                ),
+                NAME,
+                3,
+                Duration::from_secs(240),
+            )
+            .await?;
+        let cluster = Cluster {
+            test: &test,
+            valkeys,
+            sentinel: true,
+        };
+        cluster.settled(3, 3).await?;
+        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
+        let writer = writing(&test, true).await?;
+        let mut steps = Vec::new();
+        steps.push(("data 3->5".to_owned(), cluster.scale(5, 3).await?));
+        let moved = cluster.move_master_to_at_least(2, 5, 3).await?;
+        println!("the master is {moved} before the scale-down to 2");
+        steps.push(("data 5->2".to_owned(), cluster.scale(2, 3).await?));
+        steps.push(("data 2->3".to_owned(), cluster.scale(3, 3).await?));
+        steps.push(("sentinels 3->5".to_owned(), cluster.scale(3, 5).await?));
+        steps.push(("sentinels 5->3".to_owned(), cluster.scale(3, 3).await?));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let log = writer.stop().await;
+        let labelled = sampler.stop().await;
+        report(test.ns(), &log, labelled, &steps);
+        anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
+        cluster.every_write_everywhere(&log).await?;
+        let events = operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
+        let resets: Vec<String> = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("SentinelReset"))
+            .filter_map(|e| e.note.clone())
+            .collect();
+        println!("SentinelReset events: {resets:#?}");
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    if let Err(error) = &result {
+        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
+        panic!("{error:#}");
+    }
+    test.cleanup().await.unwrap();
+}
