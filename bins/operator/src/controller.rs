@@ -841,9 +841,17 @@ async fn act(
             publish(pass.ctx, pass.valkey, event).await;
         }
     }
-    let roll_idle = roll
-        .as_ref()
-        .is_none_or(|step| matches!(step.decision.action, vko_roll::Action::Idle));
+    // A Sentinel roll waits for stale peers to be reset before it replaces a Sentinel (ADR 0024).
+    let roll_idle = roll.as_ref().is_none_or(|step| {
+        matches!(
+            step.decision.action,
+            vko_roll::Action::Idle
+                | vko_roll::Action::Wait {
+                    reason: vko_roll::WaitReason::SentinelQuorum,
+                    ..
+                }
+        )
+    });
     let sentinels_to_forget =
         spec.sentinel_enabled() && plane.statefulset_exists && roll_idle && !authority.acted && {
             reset_one_sentinel(pass, observed, plane, problems).await

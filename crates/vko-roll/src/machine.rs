@@ -663,6 +663,16 @@ impl<'a> Pass<'a> {
             } else {
                 ready >= tier.replicas
             };
+            if tier.view.stale_peers {
+                return self.wait_for(
+                    WaitReason::SentinelQuorum,
+                    Some(pod.name.clone()),
+                    format!(
+                        "waiting before replacing {}: Sentinels still know removed peers (reset one at a time first)",
+                        pod.name
+                    ),
+                );
+            }
             if !spare || tier.view.master.is_none() || tier.view.agreeing < quorum.min(ready) {
                 return self.wait_for(
                     WaitReason::SentinelQuorum,

@@ -143,6 +143,7 @@ fn sentinel_tier() -> impl Strategy<Value = SentinelTier> {
                         master,
                         agreeing: agreeing.min(answered),
                         known_replicas: known,
+                        stale_peers: false,
                     },
                 }
             },
@@ -245,6 +246,7 @@ fn near_healthy_world() -> impl Strategy<Value = World> {
                     known_replicas: (0..replicas)
                         .filter(|o| *o != master && (all_known || o % 2 == 0))
                         .collect(),
+                    stale_peers: false,
                 },
             });
             World {

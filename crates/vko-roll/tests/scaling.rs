@@ -10,7 +10,7 @@ use vko_roll::scale::{
     DataReplicas, ResetCause, ResetPlan, ScaleHold, SentinelAnswerView, SentinelMemory,
     SentinelReset, data_replicas, sentinel_to_reset,
 };
-use vko_roll::{Action, RollState, Server, SwitchoverKind, next};
+use vko_roll::{Action, RollState, Server, SwitchoverKind, Tier, WaitReason, next};
 
 #[rustfmt::skip]
 #[test]
@@ -251,4 +251,45 @@ fn stale_sentinel_peers_are_reset_away_and_never_during_a_failover_or_with_a_sen
         replicas: vec![1, 2],
     });
     assert!(pending(sentinel_to_reset(3, &one_at_a_time, &data, 3)));
+}
+
+#[test]
+fn a_sentinel_roll_replaces_no_ready_sentinel_while_sentinels_remember_removed_peers() {
+    // A Sentinel scale-down 5 -> 3 changes the quorum, so the survivors roll; while they still
+    // count the removed two, replacing one would leave two of an electorate of five.
+    let mut world = cluster(3, 3);
+    outdate_sentinels(&mut world, &[0, 1, 2]);
+    if let Some(tier) = world.sentinel.as_mut() {
+        tier.view.stale_peers = true;
+    }
+    let decision = next(&world, &RollState::default(), T0);
+    assert!(
+        matches!(
+            decision.action,
+            Action::Wait {
+                reason: WaitReason::SentinelQuorum,
+                ..
+            }
+        ),
+        "{:?} {}",
+        decision.action,
+        decision.summary
+    );
+    if let Some(tier) = world.sentinel.as_mut() {
+        tier.view.stale_peers = false;
+    }
+    let decision = next(&world, &decision.state, T0.plus(3_000));
+    assert!(
+        matches!(
+            decision.action,
+            Action::DeletePod {
+                tier: Tier::Sentinel,
+                ordinal: 2,
+                ..
+            }
+        ),
+        "{:?} {}",
+        decision.action,
+        decision.summary
+    );
 }
