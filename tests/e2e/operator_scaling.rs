@@ -5,13 +5,15 @@
 //!   → 5 → the master moved to ordinal ≥ 2 (its pod deleted: the sidecar's handover) → 2 (the
 //!   scale-down removes the master's ordinal: the operator switches over first, then shrinks)
 //!   → 3 (pod 2 comes back on its kept PVC and starts as a replica);
-//! - 3 data + 3 Sentinels: data 3 → 5 → master moved → 2 → 3, then Sentinels 3 → 5 → 3.
+//! - 3 data + 3 Sentinels: data 3 → 5 → master moved → 2 → 3, then Sentinels 3 → 5 → 3;
+//! - 3 data without Sentinel: Sentinel turned on (3), then off again.
 //!
 //! After every step: PHASE OK with every pod ready, no pod above the count, the master with every
 //! replica online, and with Sentinel every Sentinel knowing exactly the others and listing exactly
 //! the live replicas (what a scale-down removed is reset away) and `SentinelPeersStale` not True.
 //! Throughout: at most one data pod labelled master at every sample (every 200 ms). At the end:
 //! every acknowledged write on the master and on every replica, and the PVCs of removed pods kept.
+//! Each step prints its duration, the longest write gap inside it and how many pods it replaced.
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
@@ -126,6 +128,8 @@ struct Cluster<'a> {
     test: &'a OperatorTest,
     valkeys: Api<Valkey>,
     sentinel: bool,
+    /// Each step's name and its (start, end), to read the writer's gaps per step.
+    steps: std::sync::Mutex<Vec<(String, Instant, Instant)>>,
 }
 
 impl Cluster<'_> {
@@ -211,6 +215,19 @@ impl Cluster<'_> {
         if self.sentinel {
             spec["sentinel"] = serde_json::json!({"replicas": sentinels});
         }
+        let what = format!("{replicas} data / {sentinels} Sentinels");
+        self.step(&what, spec, replicas, sentinels).await
+    }
+
+    /// Merges `spec`, waits until settled at the counts, records the step's window.
+    async fn step(
+        &self,
+        what: &str,
+        spec: serde_json::Value,
+        replicas: u32,
+        sentinels: u32,
+    ) -> anyhow::Result<Duration> {
+        let before = Pods::list(&self.test.client(), self.test.ns()).await?;
         let started = Instant::now();
         self.valkeys
             .patch(
@@ -220,12 +237,29 @@ impl Cluster<'_> {
             )
             .await?;
         self.settled(replicas, sentinels).await?;
-        let took = started.elapsed();
+        let ended = Instant::now();
+        let took = ended - started;
+        let after = Pods::list(&self.test.client(), self.test.ns()).await?;
+        let replaced = |names: Vec<String>| {
+            names
+                .iter()
+                .filter(|pod| {
+                    let uid =
+                        |pods: &Pods| pods.by_name.get(*pod).and_then(|p| p.metadata.uid.clone());
+                    uid(&after).is_some_and(|now| uid(&before).is_some_and(|old| old != now))
+                })
+                .count()
+        };
         println!(
-            "MEASURED {}: scaled to {replicas} data / {sentinels} Sentinels in {} ms",
+            "MEASURED {}: {what} in {} ms; pods replaced in place: data {} Sentinel {}",
             self.test.ns(),
-            took.as_millis()
+            took.as_millis(),
+            replaced(data_pods(&before)),
+            replaced(sentinel_pods(&before)),
         );
+        if let Ok(mut steps) = self.steps.lock() {
+            steps.push((what.to_owned(), started, ended));
+        }
         Ok(took)
     }
 
@@ -325,18 +359,37 @@ async fn writing(test: &OperatorTest, sentinel: bool) -> anyhow::Result<Writer> 
     Ok(writer)
 }
 
-fn report(ns: &str, log: &WriteLog, labelled: (usize, usize), steps: &[(String, Duration)]) {
+fn report(ns: &str, log: &WriteLog, labelled: (usize, usize), cluster: &Cluster<'_>) {
     let gaps: Vec<u128> = log
         .switchover_gaps()
         .into_iter()
         .map(|d| d.as_millis())
         .collect();
-    let steps: Vec<String> = steps
+    let masters: Vec<&str> = log.masters.iter().map(|(_, pod)| pod.as_str()).collect();
+    let windows = cluster.steps.lock().map(|s| s.clone()).unwrap_or_default();
+    // The longest time between two OKs inside each step's window.
+    let steps: Vec<String> = windows
         .iter()
-        .map(|(what, took)| format!("{what}={}ms", took.as_millis()))
+        .map(|(what, start, end)| {
+            let inside: Vec<&Instant> = log
+                .ok_times
+                .iter()
+                .filter(|t| *t >= start && *t <= end)
+                .collect();
+            let longest = inside
+                .windows(2)
+                .map(|w| *w[1] - *w[0])
+                .max()
+                .unwrap_or_default();
+            format!(
+                "[{what}: {} ms, longest write gap {} ms]",
+                (*end - *start).as_millis(),
+                longest.as_millis()
+            )
+        })
         .collect();
     println!(
-        "MEASURED {ns}: acked={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} most_labelled_masters={} samples={} steps={}",
+        "MEASURED {ns}: acked={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} masters_written_to={masters:?} most_labelled_masters={} samples={} steps={}",
         log.acked.len(),
         log.error_count,
         log.longest_gap().as_millis(),
@@ -364,24 +417,24 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
             test: &test,
             valkeys,
             sentinel: false,
+            steps: std::sync::Mutex::default(),
         };
         let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
         let writer = writing(&test, false).await?;
-        let mut steps = Vec::new();
-        for (replicas, what) in [(3, "1->3"), (5, "3->5")] {
-            steps.push((what.to_owned(), cluster.scale(replicas, 0).await?));
+        for replicas in [3, 5] {
+            cluster.scale(replicas, 0).await?;
         }
         let moved = cluster.move_master_to_at_least(2, 5, 0).await?;
         println!("the master is {moved} before the scale-down to 2");
-        steps.push(("5->2".to_owned(), cluster.scale(2, 0).await?));
+        cluster.scale(2, 0).await?;
         let client = test.client();
         let pvcs = pvc_names(&client, test.ns()).await?;
         anyhow::ensure!(pvcs.len() == 5, "PVCs after 5 -> 2: {pvcs:?} (the removed pods' are kept)");
-        steps.push(("2->3".to_owned(), cluster.scale(3, 0).await?));
+        cluster.scale(3, 0).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
         let labelled = sampler.stop().await;
-        report(test.ns(), &log, labelled, &steps);
+        report(test.ns(), &log, labelled, &cluster);
         anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
         cluster.every_write_everywhere(&log).await?;
         // Pod 2 came back on its old PVC as a replica (it had been a replica or the master).
@@ -421,22 +474,22 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
             test: &test,
             valkeys,
             sentinel: true,
+            steps: std::sync::Mutex::default(),
         };
         cluster.settled(3, 3).await?;
         let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
         let writer = writing(&test, true).await?;
-        let mut steps = Vec::new();
-        steps.push(("data 3->5".to_owned(), cluster.scale(5, 3).await?));
+        cluster.scale(5, 3).await?;
         let moved = cluster.move_master_to_at_least(2, 5, 3).await?;
         println!("the master is {moved} before the scale-down to 2");
-        steps.push(("data 5->2".to_owned(), cluster.scale(2, 3).await?));
-        steps.push(("data 2->3".to_owned(), cluster.scale(3, 3).await?));
-        steps.push(("sentinels 3->5".to_owned(), cluster.scale(3, 5).await?));
-        steps.push(("sentinels 5->3".to_owned(), cluster.scale(3, 3).await?));
+        cluster.scale(2, 3).await?;
+        cluster.scale(3, 3).await?;
+        cluster.scale(3, 5).await?;
+        cluster.scale(3, 3).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
         let labelled = sampler.stop().await;
-        report(test.ns(), &log, labelled, &steps);
+        report(test.ns(), &log, labelled, &cluster);
         anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
         cluster.every_write_everywhere(&log).await?;
         let events = operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
@@ -446,6 +499,72 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
             .filter_map(|e| e.note.clone())
             .collect();
         println!("SentinelReset events: {resets:#?}");
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    if let Err(error) = &result {
+        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
+        panic!("{error:#}");
+    }
+    test.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write() {
+    let test = OperatorTest::start("scale-sentinel-onoff").await.unwrap();
+    let result = async {
+        let (valkeys, _) = test
+            .apply_until_ok(
+                &format!(
+                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0}}\n"
+                ),
+                NAME,
+                3,
+                Duration::from_secs(180),
+            )
+            .await?;
+        let mut cluster = Cluster {
+            test: &test,
+            valkeys,
+            sentinel: false,
+            steps: std::sync::Mutex::default(),
+        };
+        cluster.settled(3, 0).await?;
+        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
+        // The writer follows the pod answering master in both modes.
+        let writer = writing(&test, false).await?;
+        cluster.sentinel = true;
+        cluster
+            .step(
+                "Sentinel on",
+                serde_json::json!({"sentinel": {"enabled": true, "replicas": 3}}),
+                3,
+                3,
+            )
+            .await?;
+        cluster.sentinel = false;
+        cluster
+            .step(
+                "Sentinel off",
+                serde_json::json!({"sentinel": {"enabled": false}}),
+                3,
+                0,
+            )
+            .await?;
+        let client = test.client();
+        eventually(Duration::from_secs(120), "no Sentinel pod left", || async {
+            let pods = Pods::list(&client, test.ns()).await?;
+            let left = sentinel_pods(&pods);
+            anyhow::ensure!(left.is_empty(), "{left:?}");
+            Ok(())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let log = writer.stop().await;
+        let labelled = sampler.stop().await;
+        report(test.ns(), &log, labelled, &cluster);
+        anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
+        cluster.every_write_everywhere(&log).await?;
         Ok::<(), anyhow::Error>(())
     }
     .await;
