@@ -534,10 +534,19 @@ fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Erro
         .filter(|sts| is_controlled_by(sts.as_ref(), &pass.target.uid))
         .and_then(|sts| sts.spec.as_ref().and_then(|spec| spec.replicas))
         .map(|replicas| replicas.max(0).unsigned_abs());
+    let labelled_master: Vec<u32> = data_pods
+        .iter()
+        .filter(|(_, pod)| pod.metadata.deletion_timestamp.is_none())
+        .filter(|(_, pod)| {
+            pod.labels().get(labels::INSTANCE_ROLE).map(String::as_str) == Some(labels::ROLE_MASTER)
+        })
+        .map(|(ordinal, _)| *ordinal)
+        .collect();
     let data_replicas = vko_roll::scale::data_replicas(
         pass.valkey.spec.replicas_u32(),
         live_replicas,
         recorded_anywhere,
+        &labelled_master,
     );
     if let Some(hold) = data_replicas.hold {
         tracing::info!(%namespace, %name, ?hold, keep = data_replicas.apply, "scale-down held until the master serves from an ordinal that stays");

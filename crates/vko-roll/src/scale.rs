@@ -18,6 +18,13 @@ pub enum ScaleHold {
     },
     /// No master is known: where it is cannot be ruled out to be a removed ordinal.
     MasterUnknown,
+    /// A pod on a removed ordinal still carries the master label (a master just switched over,
+    /// whose sidecar relabels it within a second): removed now, its sidecar stops on SIGTERM and
+    /// the terminating pod keeps the label next to the new master's.
+    MasterLabelOnRemovedOrdinal {
+        /// The labelled pod's ordinal.
+        ordinal: u32,
+    },
 }
 
 /// The data StatefulSet's `replicas` for this pass.
@@ -32,13 +39,20 @@ pub struct DataReplicas {
 /// The data StatefulSet's `replicas` to apply: `desired` (`spec.replicas`) unless that would
 /// remove the master's pod. `live` is the StatefulSet's current `spec.replicas` (`None` before
 /// it exists), `master` the master's ordinal as the authority last recorded it
-/// (`status.masterPod`), `None` when unknown.
+/// (`status.masterPod`), `None` when unknown; `labelled` the ordinals of the data pods that are
+/// not terminating and carry the master label.
 ///
 /// Scale-up and no change apply `desired` at once. A scale-down applies `desired` only when the
-/// master is known and below it; with the master at a removed ordinal the pods above the master
-/// may already go (they are replicas), the master's ordinal stays; with no master known nothing
-/// is removed.
-pub fn data_replicas(desired: u32, live: Option<u32>, master: Option<u32>) -> DataReplicas {
+/// master is known and below it and no pod at a removed ordinal is labelled master; with the
+/// master at a removed ordinal the pods above the master may already go (they are replicas), the
+/// master's ordinal stays; with no master known nothing is removed; a removed pod still labelled
+/// master stays (with the pods below it) until its sidecar relabels it.
+pub fn data_replicas(
+    desired: u32,
+    live: Option<u32>,
+    master: Option<u32>,
+    labelled: &[u32],
+) -> DataReplicas {
     let at = |apply: u32, hold: Option<ScaleHold>| DataReplicas { apply, hold };
     let Some(live) = live else {
         return at(desired, None);
@@ -46,8 +60,19 @@ pub fn data_replicas(desired: u32, live: Option<u32>, master: Option<u32>) -> Da
     if desired >= live {
         return at(desired, None);
     }
+    let labelled_removed = labelled
+        .iter()
+        .copied()
+        .filter(|o| *o >= desired && *o < live)
+        .max();
     match master {
-        Some(master) if master < desired => at(desired, None),
+        Some(master) if master < desired => match labelled_removed {
+            None => at(desired, None),
+            Some(ordinal) => at(
+                ordinal.saturating_add(1).max(desired),
+                Some(ScaleHold::MasterLabelOnRemovedOrdinal { ordinal }),
+            ),
+        },
         Some(master) => at(
             master.saturating_add(1).min(live).max(desired),
             Some(ScaleHold::MasterOnRemovedOrdinal { master }),

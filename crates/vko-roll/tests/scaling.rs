@@ -32,8 +32,18 @@ fn the_data_statefulset_shrinks_only_once_the_master_is_below_the_new_count() {
         ((2, Some(4), Some(7)), apply(4, on(7))),             // a master above live: nothing goes
     ];
     for ((desired, live, master), want) in table {
-        assert_eq!(data_replicas(desired, live, master), want, "{desired} {live:?} {master:?}");
+        let got = data_replicas(desired, live, master, &master.into_iter().collect::<Vec<_>>());
+        assert_eq!(got, want, "{desired} {live:?} {master:?}");
     }
+    // The master was just switched over to 1; pod 4, the old master, still carries the label.
+    let label = |ordinal| Some(ScaleHold::MasterLabelOnRemovedOrdinal { ordinal });
+    assert_eq!(data_replicas(2, Some(5), Some(1), &[1, 4]), apply(5, label(4)));
+    assert_eq!(data_replicas(2, Some(5), Some(1), &[1, 3]), apply(4, label(3)));
+    // Relabelled: shrink. A label below the new count is no reason to wait.
+    assert_eq!(data_replicas(2, Some(5), Some(1), &[1]), apply(2, None));
+    assert_eq!(data_replicas(2, Some(5), Some(1), &[0, 1]), apply(2, None));
+    // A scale-up never waits for labels.
+    assert_eq!(data_replicas(5, Some(3), Some(1), &[1, 2]), apply(5, None));
 }
 
 /// 5 data pods, the master on ordinal 4, `spec.replicas` now 2.
