@@ -498,7 +498,7 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
         println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
         // Without Sentinel each sidecar labels its own server's role on its own loop: across a
         // promote switchover the new master can be labelled before the old one is relabelled
-        // (seen in 2 of 3 runs, one sample each; docs/status.md § Scaling). Bounded here: a
+        // (seen in 2 of 4 runs, one sample each; docs/status.md § Scaling). Bounded here: a
         // double that outlasts two loop periods fails.
         if labelled.0 > 1 {
             println!("KNOWN GAP {}: {} pods labelled master at once", test.ns(), labelled.0);
