@@ -17,5 +17,6 @@ pub mod migrate;
 pub mod nudge;
 pub mod readiness;
 pub mod roll;
+pub mod scale;
 pub mod secrets;
 pub mod stores;
