@@ -35,7 +35,6 @@ mod operator_pod_admission;
 mod operator_replicas;
 mod operator_roll;
 mod operator_roll_stalls;
-mod operator_scaling;
 mod operator_services;
 mod operator_standalone;
 mod operator_steady_state;

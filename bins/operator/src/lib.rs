@@ -17,6 +17,5 @@ pub mod migrate;
 pub mod nudge;
 pub mod readiness;
 pub mod roll;
-pub mod scale;
 pub mod secrets;
 pub mod stores;

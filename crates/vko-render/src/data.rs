@@ -97,9 +97,7 @@ pub fn statefulset(
     let tier = Tier {
         component: Component::Valkey,
         statefulset_name: names.data_statefulset(),
-        replicas: ctx.inputs.data_replicas.map_or(spec.replicas(), |held| {
-            i32::try_from(held).unwrap_or(i32::MAX)
-        }),
+        replicas: spec.replicas(),
         headless_service: names.headless_service(),
         metadata,
         // Only the sidecar gets a token (projected in `volumes`).

@@ -8,7 +8,6 @@
 
 mod decision;
 mod machine;
-pub mod scale;
 mod world;
 
 pub use decision::{

@@ -777,7 +777,6 @@ impl Sim {
                         })
                         .map(|(o, _)| *o)
                         .collect(),
-                    stale_peers: false,
                 },
             }
         });

@@ -98,7 +98,6 @@ pub fn make_master(world: &mut World, ordinal: u32, offset: u64, keys: u64) {
             master: Some(ordinal),
             agreeing: ready,
             known_replicas: others,
-            stale_peers: false,
         };
     }
 }
