@@ -429,13 +429,18 @@ async fn print_fence_story(client: &kube::Client, ns: &str, old_master: &str) {
 }
 
 /// Runs the fault on a 3 + 3 cluster and asserts the bound.
-async fn assert_fenced(test: &OperatorTest, kind: FaultKind, hold: Duration) -> anyhow::Result<()> {
+async fn assert_fenced(
+    test: &OperatorTest,
+    topology: Topology,
+    kind: FaultKind,
+    hold: Duration,
+) -> anyhow::Result<()> {
     let (client, ns) = (test.client(), test.ns().to_owned());
     let run = fault_once(
         &test.testbed,
         &client,
         &ns,
-        Topology::ThreePlusThree,
+        topology,
         kind,
         hold,
         Duration::from_secs(180),
@@ -454,24 +459,26 @@ async fn assert_fenced(test: &OperatorTest, kind: FaultKind, hold: Duration) -> 
     Ok(())
 }
 
-async fn three_plus_three(prefix: &str) -> anyhow::Result<OperatorTest> {
+async fn cluster_of(topology: Topology, prefix: &str) -> anyhow::Result<OperatorTest> {
     let test = OperatorTest::start(prefix).await?;
-    test.apply_until_ok(
-        &Topology::ThreePlusThree.yaml(),
-        NAME,
-        3,
-        Duration::from_secs(240),
-    )
-    .await?;
+    test.apply_until_ok(&topology.yaml(), NAME, 3, Duration::from_secs(240))
+        .await?;
     Ok(test)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_partitioned_master_fences_itself_within_f() {
-    let test = three_plus_three("op-fence").await.unwrap();
-    assert_fenced(&test, FaultKind::Partition, Duration::from_secs(40))
+    let test = cluster_of(Topology::ThreePlusThree, "op-fence")
         .await
         .unwrap();
+    assert_fenced(
+        &test,
+        Topology::ThreePlusThree,
+        FaultKind::Partition,
+        Duration::from_secs(40),
+    )
+    .await
+    .unwrap();
     test.cleanup().await.unwrap();
 }
 
@@ -479,9 +486,29 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
 /// stopped server acknowledges nothing; what counts is what it acknowledges after SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_paused_master_acknowledges_nothing_past_f_after_the_resume() {
-    let test = three_plus_three("op-fence-pause").await.unwrap();
+    let test = cluster_of(Topology::ThreePlusThree, "op-fence-pause")
+        .await
+        .unwrap();
     for hold in [Duration::from_secs(15), Duration::from_secs(60)] {
-        assert_fenced(&test, FaultKind::Pause, hold).await.unwrap();
+        assert_fenced(&test, Topology::ThreePlusThree, FaultKind::Pause, hold)
+            .await
+            .unwrap();
+    }
+    test.cleanup().await.unwrap();
+}
+
+/// The same without Sentinel (ADR 0022): a stopped server renews nothing, so the operator promotes
+/// a replica once the master Lease was unchanged 6 s; at the resume the stopped server answers
+/// what was queued, then its fencer reads the Lease held by another pod and fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_a_paused_master_without_sentinel_acknowledges_nothing_past_f_after_the_resume() {
+    let test = cluster_of(Topology::ThreeNoSentinel, "op-fence-lpause")
+        .await
+        .unwrap();
+    for hold in [Duration::from_secs(15), Duration::from_secs(60)] {
+        assert_fenced(&test, Topology::ThreeNoSentinel, FaultKind::Pause, hold)
+            .await
+            .unwrap();
     }
     test.cleanup().await.unwrap();
 }
