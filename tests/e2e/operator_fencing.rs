@@ -213,7 +213,10 @@ impl Run {
             .take(5)
             .map(|l| format!("lost outside the window: {l}"))
             .collect();
-        if self.inside_acked_late > 0 {
+        // Late OKs break the bound only when another pod became master: a master that was never
+        // replaced (no failover within the fault) acknowledges legitimately after it, and what it
+        // acknowledged is checked for loss like every write.
+        if self.inside_acked_late > 0 && self.new_master != self.old_master {
             v.push(format!(
                 "{} OKs of the in-netns writer later than {BOUND:?} after the window start",
                 self.inside_acked_late
