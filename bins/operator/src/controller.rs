@@ -37,6 +37,7 @@ use crate::leader::Leadership;
 use crate::master_lease;
 use crate::metrics::Metrics;
 use crate::nudge;
+use crate::own_writes::OwnWrites;
 use crate::roll;
 use crate::secrets;
 use crate::stores::{self, ManagedKind, Stores};
@@ -75,6 +76,8 @@ pub struct Context {
     /// Without Sentinel: what each master Lease looked like and since when (ADR 0022), on
     /// [`Context::clock`].
     lease_sightings: Mutex<HashMap<ObjectRef<Valkey>, vko_authority::LeaseSighting>>,
+    /// What this process's last status write of each Valkey returned (ADR 0027).
+    own_writes: OwnWrites,
     /// This process's monotonic clock, for the Lease sightings.
     clock: std::time::Instant,
 }
@@ -100,6 +103,7 @@ impl Context {
             short_since: nudge::ShortSince::default(),
             secret_data: secrets::SecretData::default(),
             lease_sightings: Mutex::new(HashMap::new()),
+            own_writes: OwnWrites::default(),
             clock: std::time::Instant::now(),
         }
     }
@@ -417,8 +421,10 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     // A pass that starts after the renew deadline passed (a resumed process) does nothing.
     ctx.leadership.check("reconcile")?;
     ctx.metrics.reconciles.inc();
+    let valkey = ctx.own_writes.freshest(valkey);
     let Some(target) = Target::of(&valkey, &ctx.config)? else {
         // Being deleted: the garbage collector removes the children through their ownerReferences.
+        ctx.own_writes.forget(&valkey.uid().unwrap_or_default());
         return Ok(Action::await_change());
     };
     let pass = Pass {
@@ -1267,7 +1273,8 @@ async fn write_status_and_events(pass: &Pass<'_>, snapshot: &Snapshot) -> Result
         let Target {
             namespace, name, ..
         } = &pass.target;
-        write_status(&pass.ctx.client, namespace, name, &next).await?;
+        let written = write_status(&pass.ctx.client, namespace, name, &next).await?;
+        pass.ctx.own_writes.record(pass.valkey, written);
         let advisories = status::advisory_events(current, &snapshot.advisories);
         let pods = status::pod_problem_events(current, &snapshot.pod_problems);
         let fenced = status::fenced_events(current, &snapshot.fenced_pods);
@@ -1363,7 +1370,7 @@ async fn write_status(
     namespace: &str,
     name: &str,
     status: &ValkeyStatus,
-) -> Result<(), Error> {
+) -> Result<Valkey, Error> {
     let api: Api<Valkey> = Api::namespaced(client.clone(), namespace);
     let patch = serde_json::json!({
         "apiVersion": vko_api::API_VERSION,
@@ -1376,8 +1383,7 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await
-    .map_err(Error::StatusWrite)?;
-    Ok(())
+    .map_err(Error::StatusWrite)
 }
 
 async fn publish(ctx: &Context, valkey: &Valkey, event: status::EventSpec) {

@@ -15,6 +15,7 @@ pub mod master_lease;
 pub mod metrics;
 pub mod migrate;
 pub mod nudge;
+pub mod own_writes;
 pub mod readiness;
 pub mod roll;
 pub mod secrets;
