@@ -51,6 +51,49 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
         .unwrap();
     let columns: Vec<&str> = table.split_whitespace().collect();
     assert_eq!(&columns[..5], ["solo", "1", "1", "OK", "solo-0"], "{table}");
+    // `-o wide` adds the priority-1 columns in the reference's order and names, Age last.
+    let wide = kubectl(&["get", "valkey", "solo", "-n", &ns, "-o", "wide"])
+        .await
+        .unwrap();
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "REPLICAS",
+            "READY",
+            "PHASE",
+            "MASTER",
+            "IMAGE",
+            "OPERATORVERSION",
+            "AGE"
+        ],
+        "{wide}"
+    );
+    let row: Vec<&str> = wide
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row.get(5).copied(), Some("valkey/valkey:8.0"), "{wide}");
+    assert_eq!(
+        row.get(6).copied(),
+        Some(env!("CARGO_PKG_VERSION")),
+        "OPERATORVERSION is the version of the operator that reconciled: {wide}"
+    );
+    let message = valkeys
+        .get("solo")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.message);
+    assert_eq!(message.as_deref(), Some("Cluster is healthy"));
 
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let mut names: Vec<String> = services

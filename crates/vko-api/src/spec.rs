@@ -76,11 +76,6 @@ use crate::status::ValkeyStatus;
         description = "Pod that currently answers as master"
     ),
     printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
         name = "Image",
         type_ = "string",
         json_path = ".spec.image",
@@ -88,11 +83,16 @@ use crate::status::ValkeyStatus;
         description = "Valkey image"
     ),
     printcolumn(
-        name = "Operator-Version",
+        name = "OperatorVersion",
         type_ = "string",
         json_path = ".status.operatorVersion",
         priority = 1,
         description = "Version of the operator that last reconciled this resource"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]

@@ -36,9 +36,9 @@ fn crd_identity() {
             ("Ready", None),
             ("Phase", None),
             ("Master", None),
-            ("Age", None),
             ("Image", Some(1)),
-            ("Operator-Version", Some(1)),
+            ("OperatorVersion", Some(1)),
+            ("Age", None),
         ]
     );
 }
