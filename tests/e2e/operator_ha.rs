@@ -18,8 +18,9 @@ use ha_support::{
     Pods, ROLE_LABEL, Reply, SENTINEL_PORT, call, contains_ipv4, endpoint_pods, info, info_field,
     pod_is_ready,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
 use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{apply_yaml, wait_until};
@@ -123,6 +124,33 @@ async fn check_conformance(client: &kube::Client, ns: &str, key: &str) -> anyhow
         data.clone(),
         "-all",
     )?;
+    // The Services the reference runs (ADR 0026: no `<name>` Service), and its healthy message.
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let mut names: Vec<String> = services
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    names.sort();
+    anyhow::ensure!(
+        names
+            == [
+                "ha-all",
+                "ha-headless",
+                "ha-r",
+                "ha-rw",
+                "ha-sentinel-headless"
+            ],
+        "Services {names:?}"
+    );
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let message = valkeys.get(NAME).await?.status.and_then(|s| s.message);
+    anyhow::ensure!(
+        message.as_deref() == Some("Cluster is healthy"),
+        "status.message {message:?}"
+    );
 
     for sentinel in &sentinels {
         let ip = pods
