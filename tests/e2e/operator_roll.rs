@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ha_support::{
-    Follow, Pods, Reply, VALKEY_PORT, WriteLog, Writer, call, eventually, info, info_field,
-    missing_keys, pod_is_ready, role_master_pod, sentinel_master_host,
+    Follow, Pods, ROLE_LABEL, Reply, VALKEY_PORT, WriteLog, Writer, call, endpoint_pods,
+    eventually, info, info_field, missing_keys, pod_is_ready, role_master_pod,
+    sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
@@ -32,6 +33,7 @@ use operator_support::{
     OperatorTest, condition, http_status, install_crd, operator, spawn_operator, wait_for_valkey,
 };
 use vko_api::{Phase, Valkey};
+use vko_testbed::control::Fault;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
 
 /// The shape of one cluster under test.
@@ -1065,4 +1067,195 @@ async fn bench_roll() {
         }
         namespace.cleanup().await.unwrap();
     }
+}
+
+/// `MultipleMasters` end to end (issue 21 item 2). A 3 + 3 roll is held by a replacement that
+/// cannot start; meanwhile the replica the roll has not reached is made a master with a write of
+/// its own (a history the Sentinels' master does not contain). Two faults keep it one: its sidecar
+/// is paused (a running sidecar fences such a master and makes it follow the Sentinels' master
+/// within F, which a first run of this test showed), and it refuses Sentinel's `SLAVEOF` (an ACL).
+/// The operator must not demote it (that would discard its write):
+/// `MultipleMasters=True/MultipleMastersTransitional`, past 90 s `MultipleMastersPersisted` with
+/// one `SplitBrainDetected` Warning naming both; throughout only the Sentinels' master is labelled
+/// and behind `-rw`. Once the faults end, the condition goes `False/SingleMaster` and the fixed spec
+/// rolls to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_masters_during_a_roll_are_reported_and_not_resolved_by_discarding_a_write() {
+    let test = OperatorTest::start("roll-split").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let shape = Shape {
+        replicas: 3,
+        sentinel: true,
+        persistence: false,
+    };
+    let name = "split";
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}, rollingUpdate: {{syncTimeout: 20s}}}}\n"
+        ),
+    )
+    .await
+    .unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "unmapped.invalid/valkey:8.0.1"}})),
+        )
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        name,
+        "RollingUpdatePaused on the replacement that cannot start",
+        Duration::from_secs(300),
+        |v| condition(v, "RollingUpdatePaused").is_some_and(|(status, _, _)| status == "True"),
+    )
+    .await
+    .unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let master = master_pod(&pods, name, shape).await.unwrap();
+    let mut rogue = None;
+    for pod in data_pods(&pods, name) {
+        let running = pods.by_name[&pod].metadata.deletion_timestamp.is_none()
+            && pod_is_ready(&pods.by_name[&pod]);
+        let ip = pods.ip(&pod).unwrap_or_default();
+        let role = info(&ip, "replication").await.unwrap_or_default();
+        if pod != master && running && info_field(&role, "role") == Some("slave") {
+            rogue = Some((pod, ip));
+        }
+    }
+    let (rogue, rogue_ip) = rogue.expect("a running replica the roll has not replaced");
+    let sidecar = |pod: &str| (ns.clone(), pod.to_owned(), "sidecar".to_owned());
+    let (namespace, pod, container) = sidecar(&rogue);
+    test.testbed
+        .fault(Fault::Pause {
+            namespace,
+            pod,
+            container,
+        })
+        .await
+        .unwrap();
+    for command in [
+        &["ACL", "SETUSER", "default", "-slaveof"][..],
+        &["REPLICAOF", "NO", "ONE"],
+        &["SET", "written-on-the-rogue", "1"],
+    ] {
+        let reply = call(&rogue_ip, VALKEY_PORT, command).await.unwrap();
+        assert_eq!(
+            reply.text(),
+            Some("OK"),
+            "{command:?} on {rogue}: {reply:?}"
+        );
+    }
+    let split_at = Instant::now();
+    let multiple = |v: &Valkey, reason: &str| {
+        condition(v, "MultipleMasters")
+            .is_some_and(|(status, why, _)| status == "True" && why == reason)
+    };
+    // Sampled until the bound has passed: one labelled master and one -rw endpoint, the real one.
+    let mut transitional = None;
+    let persisted = loop {
+        let valkey = valkeys.get(name).await.unwrap();
+        if transitional.is_none() && multiple(&valkey, "MultipleMastersTransitional") {
+            transitional = Some(split_at.elapsed());
+        }
+        if multiple(&valkey, "MultipleMastersPersisted") {
+            break valkey;
+        }
+        assert!(
+            split_at.elapsed() < Duration::from_secs(180),
+            "no MultipleMastersPersisted after 180 s: {:?}",
+            condition(&valkey, "MultipleMasters")
+        );
+        let pods = Pods::list(&client, &ns).await.unwrap();
+        let labelled: Vec<&String> = pods
+            .by_name
+            .iter()
+            .filter(|(_, pod)| pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("master"))
+            .map(|(pod, _)| pod)
+            .collect();
+        assert_eq!(labelled, [&master], "pods labelled master");
+        let rw = endpoint_pods(&client, &ns, &format!("{name}-rw"))
+            .await
+            .unwrap();
+        assert!(
+            rw.is_empty() || rw == [master.clone()],
+            "-rw endpoints {rw:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let transitional = transitional.expect("MultipleMastersTransitional before Persisted");
+    let (_, _, message) = condition(&persisted, "MultipleMasters").unwrap();
+    println!(
+        "MEASURED roll-split: Transitional after {} ms, Persisted after {} ms: {message}",
+        transitional.as_millis(),
+        split_at.elapsed().as_millis()
+    );
+    assert!(
+        message.contains(&master) && message.contains(&rogue),
+        "{message}"
+    );
+    let warnings = operator_support::events_about(&client, &ns, name, "Warning").await;
+    let split_brain: Vec<_> = warnings
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("SplitBrainDetected"))
+        .collect();
+    assert_eq!(
+        split_brain.len(),
+        1,
+        "SplitBrainDetected Events: {split_brain:#?}"
+    );
+    // Not demoted toward the Sentinels' master: its own write is still there.
+    let kept = call(&rogue_ip, VALKEY_PORT, &["GET", "written-on-the-rogue"])
+        .await
+        .unwrap();
+    assert_eq!(kept.text(), Some("1"), "the rogue's write");
+
+    // The faults end: Sentinel may reconfigure the rogue again, and its sidecar runs.
+    let reply = call(
+        &rogue_ip,
+        VALKEY_PORT,
+        &["ACL", "SETUSER", "default", "+slaveof"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.text(), Some("OK"));
+    let (namespace, pod, container) = sidecar(&rogue);
+    test.testbed
+        .fault(Fault::Resume {
+            namespace,
+            pod,
+            container,
+        })
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        name,
+        "MultipleMasters False/SingleMaster",
+        Duration::from_secs(120),
+        |v| {
+            condition(v, "MultipleMasters")
+                .is_some_and(|(status, why, _)| status == "False" && why == "SingleMaster")
+        },
+    )
+    .await
+    .unwrap();
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:8.0"}})),
+        )
+        .await
+        .unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    assert_eq!(masters(&pods, name).await.len(), 1);
+    test.cleanup().await.unwrap();
 }
