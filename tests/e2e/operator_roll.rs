@@ -294,6 +294,9 @@ async fn roll_once(
         .chain(sentinel_before.keys().filter(|_| sentinel_tier_rolls))
         .cloned()
         .collect();
+    // The reference's contract: while a roll is in flight `Ready` keeps its pre-roll value (True,
+    // the cluster was settled); every poll of the status below is a sample of it.
+    let ready_during_roll: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let replaced = eventually(
         Duration::from_secs(900),
         "every pod replaced and the cluster settled",
@@ -308,6 +311,17 @@ async fn roll_once(
                 anyhow::ensure!(now.is_some() && now != old, "{pod} not replaced yet");
             }
             let valkey = valkeys.get(name).await?;
+            let rolling = valkey
+                .status
+                .as_ref()
+                .is_some_and(|s| s.rolling_update.is_some());
+            if rolling
+                && let Some((status, reason, _)) = condition(&valkey, "Ready")
+                && status != "True"
+                && let Ok(mut samples) = ready_during_roll.lock()
+            {
+                samples.push(format!("{status}/{reason}"));
+            }
             anyhow::ensure!(
                 is_settled(&valkey, shape.replicas),
                 "status {:?}",
@@ -323,6 +337,14 @@ async fn roll_once(
         watch.abort();
         anyhow::bail!("{error:#}; writer acked {}", log.acked.len());
     }
+    let not_ready = ready_during_roll
+        .lock()
+        .map(|samples| samples.clone())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        not_ready.is_empty(),
+        "Ready left its pre-roll True while the roll was in flight: {not_ready:?}"
+    );
     settled(client, ns, name, shape).await?;
     // A little more writing on the settled cluster, then the check.
     tokio::time::sleep(Duration::from_secs(1)).await;
