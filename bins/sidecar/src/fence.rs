@@ -214,15 +214,17 @@ pub async fn lease_fence_loop(
     settings: FenceSettings,
     lease: Arc<dyn LeaseApi>,
 ) {
-    tracing::info!(
-        fence_after_ms = settings.fence_after.as_millis() as u64,
-        renew_ms = vko_authority::LEASE_RENEW_INTERVAL.as_millis() as u64,
-        "lease fencer running: the master Lease holder renews it; a master that cannot for fence-after pauses its writes"
-    );
+    // F less a lead, so the fence lands within F although the renew times out at the deadline.
     let settings = FenceSettings {
         poll: vko_authority::LEASE_RENEW_INTERVAL,
+        fence_after: vko_authority::lease_fence_after(settings.fence_after),
         ..settings
     };
+    tracing::info!(
+        fences_after_ms = settings.fence_after.as_millis() as u64,
+        renew_ms = vko_authority::LEASE_RENEW_INTERVAL.as_millis() as u64,
+        "lease fencer running: the master Lease holder renews it; a master that cannot for that long (F less a lead) pauses its writes"
+    );
     let mut fencer = Fencer {
         node,
         state,
