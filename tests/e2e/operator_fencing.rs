@@ -489,15 +489,18 @@ async fn exclusive_a_partitioned_master_fences_itself_within_f() {
 /// stopped server acknowledges nothing; what counts is what it acknowledges after SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_paused_master_acknowledges_nothing_past_f_after_the_resume() {
-    let test = cluster_of(Topology::ThreePlusThree, "op-fence-pause")
+    paused_for_15_then_60_seconds(Topology::ThreePlusThree, "op-fence-pause")
         .await
         .unwrap();
+}
+
+/// One cluster of `topology`, its master SIGSTOPped for 15 s and then (whole again) for 60 s.
+async fn paused_for_15_then_60_seconds(topology: Topology, prefix: &str) -> anyhow::Result<()> {
+    let test = cluster_of(topology, prefix).await?;
     for hold in [Duration::from_secs(15), Duration::from_secs(60)] {
-        assert_fenced(&test, Topology::ThreePlusThree, FaultKind::Pause, hold)
-            .await
-            .unwrap();
+        assert_fenced(&test, topology, FaultKind::Pause, hold).await?;
     }
-    test.cleanup().await.unwrap();
+    test.cleanup().await
 }
 
 /// The same without Sentinel (ADR 0022): a stopped server renews nothing, so the operator promotes
@@ -505,15 +508,9 @@ async fn exclusive_a_paused_master_acknowledges_nothing_past_f_after_the_resume(
 /// what was queued, then its fencer reads the Lease held by another pod and fences.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_a_paused_master_without_sentinel_acknowledges_nothing_past_f_after_the_resume() {
-    let test = cluster_of(Topology::ThreeNoSentinel, "op-fence-lpause")
+    paused_for_15_then_60_seconds(Topology::ThreeNoSentinel, "op-fence-lpause")
         .await
         .unwrap();
-    for hold in [Duration::from_secs(15), Duration::from_secs(60)] {
-        assert_fenced(&test, Topology::ThreeNoSentinel, FaultKind::Pause, hold)
-            .await
-            .unwrap();
-    }
-    test.cleanup().await.unwrap();
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

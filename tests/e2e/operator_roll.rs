@@ -902,6 +902,42 @@ async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
 
 /// A replacement that can never become ready (unmapped image): the roll holds with a condition
 /// naming the pod and never touches the master; fixing the spec lets it finish by itself.
+/// A merge patch of `spec` on the Valkey `name`.
+async fn patch_spec(
+    valkeys: &Api<Valkey>,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({ "spec": spec });
+    valkeys
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Starts a roll that cannot finish (an image no node has) and waits until the roll reports the
+/// replacement it is waiting for by name (`RollingUpdatePaused`, after the spec's `syncTimeout`).
+async fn hold_a_roll(valkeys: &Api<Valkey>, name: &str) -> anyhow::Result<Valkey> {
+    patch_spec(
+        valkeys,
+        name,
+        serde_json::json!({"image": "unmapped.invalid/valkey:8.0.1"}),
+    )
+    .await?;
+    wait_for_valkey(
+        valkeys,
+        name,
+        "RollingUpdatePaused naming the stuck pod",
+        Duration::from_secs(300),
+        |v| {
+            condition(v, "RollingUpdatePaused").is_some_and(|(status, _, message)| {
+                status == "True" && message.contains(&format!("{name}-"))
+            })
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fixed() {
     let testbed = Testbed::from_env().await.unwrap();
@@ -938,28 +974,8 @@ async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fi
         shape.follow(),
     );
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    valkeys
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"image": "unmapped.invalid/valkey:8.0.1"}})),
-        )
-        .await
-        .unwrap();
     // The roll deletes one replica; its replacement cannot start; the roll reports it by name.
-    let paused = wait_for_valkey(
-        &valkeys,
-        name,
-        "RollingUpdatePaused naming the stuck pod",
-        Duration::from_secs(300),
-        |v| {
-            operator_support::condition(v, "RollingUpdatePaused").is_some_and(
-                |(status, _, message)| status == "True" && message.contains(&format!("{name}-")),
-            )
-        },
-    )
-    .await
-    .unwrap();
+    let paused = hold_a_roll(&valkeys, name).await.unwrap();
     let (_, reason, message) = operator_support::condition(&paused, "RollingUpdatePaused").unwrap();
     println!("MEASURED roll-stuck: RollingUpdatePaused {reason}: {message}");
     // Held: for a while nothing else is deleted and the master stays the same pod, master.
@@ -978,14 +994,8 @@ async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fi
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The fix: the image back; the roll replaces every pod and finishes by itself.
-    valkeys
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:8.0", "resources": {"requests": {"cpu": "23m"}}}})),
-        )
-        .await
-        .unwrap();
+    let fixed = serde_json::json!({"image": "valkey/valkey:8.0", "resources": {"requests": {"cpu": "23m"}}});
+    patch_spec(&valkeys, name, fixed).await.unwrap();
     let finished = Instant::now();
     settled(&client, &ns, name, shape).await.unwrap();
     eventually(
@@ -1122,23 +1132,7 @@ async fn two_masters_during_a_roll_are_reported_and_not_resolved_by_discarding_a
     .unwrap();
     settled(&client, &ns, name, shape).await.unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    valkeys
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"image": "unmapped.invalid/valkey:8.0.1"}})),
-        )
-        .await
-        .unwrap();
-    wait_for_valkey(
-        &valkeys,
-        name,
-        "RollingUpdatePaused on the replacement that cannot start",
-        Duration::from_secs(300),
-        |v| condition(v, "RollingUpdatePaused").is_some_and(|(status, _, _)| status == "True"),
-    )
-    .await
-    .unwrap();
+    hold_a_roll(&valkeys, name).await.unwrap();
     let pods = Pods::list(&client, &ns).await.unwrap();
     let master = master_pod(&pods, name, shape).await.unwrap();
     let mut rogue = None;
@@ -1268,14 +1262,13 @@ async fn two_masters_during_a_roll_are_reported_and_not_resolved_by_discarding_a
     )
     .await
     .unwrap();
-    valkeys
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:8.0"}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(
+        &valkeys,
+        name,
+        serde_json::json!({"image": "valkey/valkey:8.0"}),
+    )
+    .await
+    .unwrap();
     settled(&client, &ns, name, shape).await.unwrap();
     let pods = Pods::list(&client, &ns).await.unwrap();
     assert_eq!(masters(&pods, name).await.len(), 1);
