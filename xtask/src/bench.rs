@@ -6,7 +6,7 @@ use anyhow::Context;
 use vko_testbed::controlplane::{self, BuildOutcome, format_duration};
 use vko_testbed::paths::{self, Paths};
 
-use crate::{bench_fence, testbed};
+use crate::{bench_fence, bench_min_replicas, testbed};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,6 +38,11 @@ enum Bench {
     /// master's valkey, partition of its pod), the fence time, the lost-write window and the time
     /// to Phase OK after the fault. One cluster per topology; uses the running testbed like `roll`.
     Fence(bench_fence::Args),
+    /// What Valkey's own `min-replicas-to-write` would add to the self-fence and what it costs:
+    /// real `valkey-server` master + replica on 127.0.0.1 (no testbed), per `min-replicas-max-lag`
+    /// how long a master cut off from its replica keeps acknowledging, and how long a replica
+    /// restart makes the master refuse every write.
+    MinReplicas(bench_min_replicas::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -45,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Testbed { cold, cycles } => bench_testbed(cold, cycles.max(1)),
         Bench::Roll { rolls } => bench_roll(rolls.max(1)),
         Bench::Fence(args) => bench_fence::run(args),
+        Bench::MinReplicas(args) => bench_min_replicas::run(args),
     }
 }
 
