@@ -285,7 +285,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
 
 pub async fn run_sidecar(args: RunArgs) -> Result<()> {
     let password = password_from_env()?;
-    let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace).await?;
+    let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace, &args.cluster.pod_name).await?;
     // Without Sentinel the master Lease is the authority (ADR 0022).
     let lease: Option<Arc<dyn LeaseApi>> = match args.cluster.sentinel_monitor {
         Some(_) => None,

@@ -654,7 +654,10 @@ pub fn sidecar_rbac(ctx: &Ctx<'_>) -> SidecarRbac {
                 PolicyRule {
                     api_groups: Some(vec![String::new()]),
                     resources: Some(vec!["pods".to_owned()]),
-                    verbs: vec!["get".to_owned(), "patch".to_owned()],
+                    // `list`/`watch`: the sidecar watches its own pod by name (its label read
+                    // back without a GET every 10 s); RBAC matches `metadata.name=<pod>`
+                    // against these names.
+                    verbs: ["get", "list", "watch", "patch"].map(String::from).to_vec(),
                     resource_names: Some(pods),
                     non_resource_urls: None,
                 },
