@@ -791,12 +791,19 @@ pub fn pod_problem_events(old: Option<&ValkeyStatus>, problems: &[PodProblem]) -
 }
 
 /// One Warning Event per pod that newly fenced itself (a fence that stands is not repeated).
+/// While the cluster is first provisioned, a master not yet named by the Sentinels is fenced by
+/// design (ADR 0019: writes wait at bootstrap until a majority names it): the condition says so,
+/// but it is no fault to warn of.
 pub fn fenced_events(old: Option<&ValkeyStatus>, fenced: &[FencedPod]) -> Vec<EventSpec> {
+    let provisioning = old
+        .and_then(|status| status.phase.as_ref())
+        .is_none_or(|phase| *phase == Phase::Provisioning);
     events_for_new(
         old,
         ConditionType::MasterFenced,
         fenced
             .iter()
+            .filter(|p| !(provisioning && p.reason == ConditionReason::AuthorityNeverProven))
             .map(|p| (p.reason, format!("{}: {}:", p.pod, p.reason), p.line())),
     )
 }
@@ -1275,6 +1282,29 @@ mod tests {
         assert!(find(Some(&never), ConditionType::MasterFenced).is_none());
         let other = pods::fenced_pods(&[pod("a-2", Some("AuthorityNeverProven since t"))]);
         assert_eq!(other[0].reason, ConditionReason::AuthorityNeverProven);
+    }
+
+    #[test]
+    fn a_master_not_yet_named_at_bootstrap_is_reported_without_a_warning_event() {
+        let mut snapshot = standalone_ok();
+        snapshot.fenced_pods = vec![FencedPod {
+            pod: "a-0".into(),
+            reason: ConditionReason::AuthorityNeverProven,
+            since: "t".into(),
+        }];
+        let mut provisioning = desired_status(None, &snapshot, "v", at(1));
+        provisioning.phase = Some(Phase::Provisioning);
+        let condition = find(Some(&provisioning), ConditionType::MasterFenced).unwrap();
+        assert_eq!(condition.reason, "AuthorityNeverProven");
+        assert!(fenced_events(None, &snapshot.fenced_pods).is_empty());
+        assert!(fenced_events(Some(&provisioning), &snapshot.fenced_pods).is_empty());
+        // Once the cluster ran, a master that lost its proof and restarted unproven is a fault.
+        let mut ran = provisioning.clone();
+        ran.phase = Some(Phase::Ok);
+        ran.conditions = None;
+        let events = fenced_events(Some(&ran), &snapshot.fenced_pods);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "AuthorityNeverProven");
     }
 
     #[test]
