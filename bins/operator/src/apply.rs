@@ -126,7 +126,8 @@ pub fn decide(
 }
 
 /// Applies `desired` in order, each stamped with its applied hash, skipping those whose live copy
-/// already holds them. `lookup` answers what the stores know under a name. Continues past
+/// already holds them. `lookup` answers what the stores know under a name (`None` for the optional
+/// CRD kinds, which have no store); a name they do not know is read with one GET. Continues past
 /// failures; everything is in the report.
 pub async fn apply_objects(
     client: &kube::Client,
@@ -138,22 +139,20 @@ pub async fn apply_objects(
     let mut report = ApplyReport::default();
     for object in desired {
         let api = dynamic_api(client, namespace, object.kind);
-        let observed = match object.kind {
-            // Optional-CRD kinds have no store: one GET is the only way to see who holds the name.
-            ManagedKind::Certificate | ManagedKind::ServiceMonitor => {
-                match api.get_opt(&object.name).await {
-                    Ok(found) => found.map(|found| ObservedObject::of(object.kind, &found)),
-                    Err(error) => {
-                        report.errors.push(Error::from_write(
-                            object.kind.name(),
-                            &object.name,
-                            &error,
-                        ));
-                        continue;
-                    }
+        // The stores hold only objects carrying our managed-by label (ADR 0028): a name they do
+        // not know may still be held by someone else's object, and one GET is the only way to see
+        // who holds it. At steady state every desired object is in its store, so no GET is made.
+        let observed = match lookup(object.kind, &object.name) {
+            Some(found) => Some(found),
+            None => match api.get_opt(&object.name).await {
+                Ok(found) => found.map(|found| ObservedObject::of(object.kind, &found)),
+                Err(error) => {
+                    report
+                        .errors
+                        .push(Error::from_write(object.kind.name(), &object.name, &error));
+                    continue;
                 }
-            }
-            _ => lookup(object.kind, &object.name),
+            },
         };
         let mut body = object.body.clone();
         vko_render::stamp_applied_hash(&mut body);

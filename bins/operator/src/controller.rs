@@ -447,7 +447,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let mut observed = observe(&pass, &fetched)?;
     problems.append(&mut observed.secrets.problems);
     let rendered = render(&pass, &observed);
-    let storage = apply(
+    let applied = apply(
         &pass,
         &rendered,
         observed.secrets.auth_missing,
@@ -459,7 +459,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let acted = act(&pass, &observed, &plane, &rendered, &mut problems).await;
     // The problem that needs a human first is the one reported.
     problems.sort_by_key(Error::priority);
-    let snapshot = snapshot(&pass, &observed, plane, &acted, storage, &problems);
+    let snapshot = snapshot(&pass, &observed, plane, &acted, applied, &problems);
     let status_changed = write_status_and_events(&pass, &snapshot).await?;
     outcome(&pass, problems, &snapshot, &acted, status_changed, short)
 }
@@ -566,6 +566,22 @@ fn render(
     vko_render::render(pass.valkey, &inputs)
 }
 
+/// What the apply step found that the status reports.
+struct Applied {
+    storage: StorageCheck,
+    /// Generated names held by objects this `Valkey` does not control (left untouched).
+    foreign: Vec<(ManagedKind, String)>,
+}
+
+impl Applied {
+    fn nothing_compared() -> Applied {
+        Applied {
+            storage: StorageCheck::NotCompared,
+            foreign: Vec::new(),
+        }
+    }
+}
+
 /// Step 3, apply: server-side applies what was rendered (the StatefulSets held back while a
 /// Secret is missing or unusable, claim changes guarded) and deletes what is no longer wanted.
 async fn apply(
@@ -573,19 +589,19 @@ async fn apply(
     rendered: &Result<vko_render::Rendered, vko_render::RenderError>,
     hold_statefulsets: bool,
     problems: &mut Vec<Error>,
-) -> StorageCheck {
+) -> Applied {
     let rendered = match rendered {
         Ok(rendered) => rendered,
         Err(error) => {
             problems.push(Error::Render(error.clone()));
-            return StorageCheck::NotCompared;
+            return Applied::nothing_compared();
         }
     };
     let (mut desired, mut keep) = match desired_objects(rendered, hold_statefulsets) {
         Ok(objects) => objects,
         Err(error) => {
             problems.push(error);
-            return StorageCheck::NotCompared;
+            return Applied::nothing_compared();
         }
     };
     let Target {
@@ -624,7 +640,10 @@ async fn apply(
         tracing::info!(%namespace, %name, deleted = ?report.deleted, "deleted objects no longer wanted");
     }
     problems.extend(report.errors);
-    storage
+    Applied {
+        storage,
+        foreign: report.foreign,
+    }
 }
 
 /// Step 3b, recover: a live StatefulSet short of pods is nudged and an admission gate that
@@ -1143,7 +1162,7 @@ fn snapshot(
     observed: &Observed,
     plane: DataPlane,
     acted: &Acted,
-    storage: StorageCheck,
+    applied: Applied,
     problems: &[Error],
 ) -> Snapshot {
     let spec = &pass.valkey.spec;
@@ -1181,9 +1200,9 @@ fn snapshot(
                 .as_deref(),
             uid,
         ),
-        storage,
+        storage: applied.storage,
         sentinel_peers: authority.sentinel_peers.clone(),
-        advisories: status::advisory::advisories(spec, &foreign_budgets(pass)),
+        advisories: status::advisory::advisories(spec, &foreign_budgets(pass, &applied.foreign)),
         pod_problems: {
             let mut pods: Vec<&Pod> = observed
                 .data_pods
@@ -1217,25 +1236,22 @@ fn snapshot(
     }
 }
 
-/// PodDisruptionBudgets under the generated budget names that this `Valkey` does not control.
-fn foreign_budgets(pass: &Pass<'_>) -> Vec<status::advisory::ForeignBudget> {
-    let Target {
-        namespace,
-        uid,
-        names,
-        ..
-    } = &pass.target;
+/// The PodDisruptionBudgets under the generated budget names that the apply step found held by
+/// objects this `Valkey` does not control.
+fn foreign_budgets(
+    pass: &Pass<'_>,
+    foreign: &[(ManagedKind, String)],
+) -> Vec<status::advisory::ForeignBudget> {
+    let names = &pass.target.names;
     [
         (names.data_statefulset(), false),
         (names.sentinel_statefulset(), true),
     ]
     .into_iter()
     .filter(|(name, _)| {
-        let found = pass
-            .ctx
-            .stores
-            .object(ManagedKind::PodDisruptionBudget, namespace, name);
-        apply::ownership(found.as_ref().map(|f| &f.meta), uid) == apply::Ownership::Foreign
+        foreign
+            .iter()
+            .any(|(kind, held)| *kind == ManagedKind::PodDisruptionBudget && held == name)
     })
     .map(|(name, sentinel)| status::advisory::ForeignBudget { name, sentinel })
     .collect()
@@ -1736,7 +1752,6 @@ mod tests {
     mod mock_api {
         use super::*;
         use http::{Request, Response};
-        use k8s_openapi::api::core::v1::ConfigMap;
         use kube::client::Body;
         use kube::runtime::reflector::store::Writer;
 
@@ -1782,32 +1797,42 @@ mod tests {
         const STATUS: &str = "PATCH /apis/vko.gtrfc.com/v1/namespaces/ns/valkeys/a/status";
         const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
 
+        /// The calls that create an object the stores do not know: the GET that finds no one
+        /// holding its name (ADR 0028), then the apply.
+        fn created(patch: &str) -> [String; 2] {
+            [patch.replacen("PATCH", "GET", 1), patch.to_owned()]
+        }
+
         impl Scenario {
-            fn expected(&self) -> Vec<&'static str> {
+            fn expected(&self) -> Vec<String> {
                 match self {
                     Scenario::Setup | Scenario::SteadyState => return Vec::new(),
-                    Scenario::DriftedConfigMap => return vec![CONFIG_MAP],
-                    Scenario::PodAnnotationsChanged => return vec![STATEFULSET, STATUS],
+                    Scenario::DriftedConfigMap => return vec![CONFIG_MAP.to_owned()],
+                    Scenario::PodAnnotationsChanged => {
+                        return vec![STATEFULSET.to_owned(), STATUS.to_owned()];
+                    }
                     Scenario::ForeignConfigMap | Scenario::MissingAuthSecret => {}
                 }
-                let mut calls: Vec<&'static str> = SIDECAR_RBAC.into();
+                let mut calls: Vec<String> = SIDECAR_RBAC.into_iter().flat_map(created).collect();
                 match self {
-                    // The foreign ConfigMap is skipped, the StatefulSet applied.
+                    // The store does not show the unlabelled foreign ConfigMap: the GET finds it,
+                    // and it is never written; the StatefulSet is applied.
                     Scenario::ForeignConfigMap => {
-                        calls.extend(SERVICES);
-                        calls.push(STATEFULSET);
+                        calls.push(CONFIG_MAP.replacen("PATCH", "GET", 1));
+                        calls.extend(SERVICES.into_iter().flat_map(created));
+                        calls.extend(created(STATEFULSET));
                     }
                     // The ConfigMap applied, the StatefulSet held back.
                     Scenario::MissingAuthSecret => {
-                        calls.push(CONFIG_MAP);
-                        calls.extend(SERVICES);
+                        calls.extend(created(CONFIG_MAP));
+                        calls.extend(SERVICES.into_iter().flat_map(created));
                     }
                     _ => {}
                 }
-                calls.extend([STATUS, EVENT]);
+                calls.extend([STATUS, EVENT].map(str::to_owned));
                 if *self == Scenario::ForeignConfigMap {
                     // Its Valkey has no spec.auth: the AuthDisabled configuration warning.
-                    calls.push(EVENT);
+                    calls.push(EVENT.to_owned());
                 }
                 calls
             }
@@ -1836,16 +1861,37 @@ mod tests {
                         let body: serde_json::Value =
                             serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
                         let wanted = if answer_anything {
-                            Some(call.as_str())
+                            Some(call.clone())
                         } else {
                             next.next()
                         };
-                        let reply = if wanted != Some(call.as_str()) {
+                        let reply = if wanted.as_deref() != Some(call.as_str()) {
                             played.deviations.push(match wanted {
                                 Some(wanted) => format!("expected {wanted}, got {call}"),
                                 None => format!("extra request {call}"),
                             });
                             Response::builder().status(500).body(Body::from(Vec::new()))
+                        } else if method == "GET"
+                            && self == Scenario::ForeignConfigMap
+                            && path.ends_with("/configmaps/a-config")
+                        {
+                            let foreign = serde_json::json!({
+                                "apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": "a-config", "namespace": "ns",
+                                             "uid": "someone-elses"},
+                                "data": {"note": "hand-made"}
+                            });
+                            Response::builder()
+                                .body(Body::from(serde_json::to_vec(&foreign).unwrap()))
+                        } else if method == "GET" {
+                            // No object holds the name.
+                            let not_found = serde_json::json!({
+                                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "reason": "NotFound", "code": 404, "message": "not found"
+                            });
+                            Response::builder()
+                                .status(404)
+                                .body(Body::from(serde_json::to_vec(&not_found).unwrap()))
                         } else {
                             let reply = if path.ends_with("/valkeys/a/status") {
                                 let mut valkey = serde_json::to_value(test_valkey()).unwrap();
@@ -1872,7 +1918,7 @@ mod tests {
         struct Played {
             recorded: Vec<Recorded>,
             deviations: Vec<String>,
-            missing: Vec<&'static str>,
+            missing: Vec<String>,
         }
 
         impl Played {
@@ -1895,11 +1941,6 @@ mod tests {
                     .find(|r| r.path.ends_with(suffix))
                     .unwrap_or_else(|| panic!("no request to *{suffix}"))
             }
-        }
-
-        fn empty_stores() -> (Stores, Writer<ConfigMap>) {
-            let (stores, writers) = Stores::empty();
-            (stores, writers.config_maps)
         }
 
         fn test_valkey() -> Valkey {
@@ -1972,14 +2013,8 @@ mod tests {
 
         #[tokio::test]
         async fn a_foreign_config_map_is_never_patched_and_blocks_with_foreign_object() {
-            let (stores, mut cm_writer) = empty_stores();
-            let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "a-config", "namespace": "ns", "uid": "someone-elses"},
-                "data": {"note": "hand-made"}
-            }))
-            .unwrap();
-            cm_writer.apply_watcher_event(&watcher::Event::Apply(foreign));
-
+            // Unlabelled, it is not in the store (ADR 0028): the apply step's GET finds it.
+            let (stores, _writers) = Stores::empty();
             let (result, played) = pass(Scenario::ForeignConfigMap, test_valkey(), stores).await;
             played.assert_exact();
             let error = result.expect_err("a foreign object fails the pass");
@@ -2201,7 +2236,7 @@ mod tests {
         }
 
         /// Plays `scenario` against exactly `calls`.
-        async fn play_calls(scenario: Scenario, calls: &[&str]) -> Played {
+        async fn play_calls(scenario: Scenario, calls: &[String]) -> Played {
             let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
             let server = scenario.play(handle);
             let client = kube::Client::new(service, "default");
@@ -2224,7 +2259,7 @@ mod tests {
             assert_eq!(short.missing, [EVENT]);
 
             let mut long = script.clone();
-            long.push("GET /api/v1/namespaces/ns/pods");
+            long.push("GET /api/v1/namespaces/ns/pods".to_owned());
             let long = play_calls(Scenario::MissingAuthSecret, &long).await;
             assert_eq!(
                 long.deviations,

@@ -257,15 +257,15 @@ macro_rules! watched_kinds {
 
 watched_kinds! {
     owned {
-        service_accounts: ServiceAccount => "ServiceAccount", watcher::Config::default();
-        roles: Role => "Role", watcher::Config::default();
-        role_bindings: RoleBinding => "RoleBinding", watcher::Config::default();
-        config_maps: ConfigMap => "ConfigMap", watcher::Config::default();
-        services: Service => "Service", watcher::Config::default();
-        statefulsets: StatefulSet => "StatefulSet", watcher::Config::default();
-        pdbs: PodDisruptionBudget => "PodDisruptionBudget", watcher::Config::default();
-        network_policies: NetworkPolicy => "NetworkPolicy", watcher::Config::default();
-        deployments: Deployment => "Deployment", watcher::Config::default();
+        service_accounts: ServiceAccount => "ServiceAccount", owned();
+        roles: Role => "Role", owned();
+        role_bindings: RoleBinding => "RoleBinding", owned();
+        config_maps: ConfigMap => "ConfigMap", owned();
+        services: Service => "Service", owned();
+        statefulsets: StatefulSet => "StatefulSet", owned();
+        pdbs: PodDisruptionBudget => "PodDisruptionBudget", owned();
+        network_policies: NetworkPolicy => "NetworkPolicy", owned();
+        deployments: Deployment => "Deployment", owned();
     }
     mapped {
         pods: Pod => "Pod", watcher::Config::default().labels(labels::CLUSTER);
@@ -273,6 +273,13 @@ watched_kinds! {
     metadata {
         secrets: Secret => "Secret", watcher::Config::default();
     }
+}
+
+/// The watch of a kind the operator writes: only objects carrying its managed-by label (ADR 0028),
+/// so the cache holds none of the cluster's other ConfigMaps, Services or Roles. A generated name
+/// the store does not know is read with one GET before it is written (`apply::apply_objects`).
+fn owned() -> watcher::Config {
+    watcher::Config::default().labels(labels::MANAGED_BY_SELECTOR)
 }
 
 /// A reflector's change stream.

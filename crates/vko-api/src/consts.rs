@@ -21,6 +21,9 @@ pub mod labels {
 
     /// Value of [`MANAGED_BY`].
     pub const MANAGED_BY_VALUE: &str = "vko.gtrfc.com";
+    /// The label selector `MANAGED_BY=MANAGED_BY_VALUE`: every object the operator renders carries
+    /// it, and its watches of the kinds it writes select on it (ADR 0028).
+    pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=vko.gtrfc.com";
     /// Value of [`NAME`].
     pub const NAME_VALUE: &str = "valkey";
     /// Value of [`COMPONENT`] on the data tier.

@@ -280,6 +280,28 @@ proptest! {
         }
     }
 
+    /// The operator's watches of the kinds it writes select on this label (ADR 0028): an object
+    /// rendered without it would be invisible to them and read with a GET on every pass.
+    #[test]
+    fn every_rendered_object_carries_the_managed_by_label_the_watches_select_on(
+        value in valkey_json(Just("prop".to_owned())),
+    ) {
+        let valkey = valkey(&value);
+        let Ok(rendered) = render(&valkey, &inputs(&valkey)) else {
+            return Ok(());
+        };
+        let (key, wanted) = vko_api::consts::labels::MANAGED_BY_SELECTOR
+            .split_once('=')
+            .expect("key=value");
+        prop_assert_eq!(key, vko_api::consts::labels::MANAGED_BY);
+        prop_assert_eq!(wanted, vko_api::consts::labels::MANAGED_BY_VALUE);
+        for object in rendered.objects().expect("json") {
+            let label = &object["metadata"]["labels"][key];
+            prop_assert_eq!(label.as_str(), Some(wanted), "{} {}", object["kind"],
+                object["metadata"]["name"]);
+        }
+    }
+
     #[test]
     fn pod_spec_hash_changes_iff_the_pod_template_changes(
         value in valkey_json(Just("prop".to_owned())),
