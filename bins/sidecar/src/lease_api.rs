@@ -61,10 +61,7 @@ pub struct KubeLeaseApi {
 
 impl KubeLeaseApi {
     pub async fn in_cluster(namespace: &str, name: &str) -> Result<KubeLeaseApi> {
-        let mut config = kube::Config::infer()
-            .await
-            .map_err(|e| SidecarError::Kube(format!("client configuration: {e}")))?;
-        config.connect_timeout = Some(kube_api::CONNECT_TIMEOUT);
+        let mut config = crate::pod_api::in_cluster_config()?;
         config.read_timeout = Some(kube_api::RESPONSE_TIMEOUT);
         config.reset_reader_on_write = true;
         let client = kube::Client::try_from(config)

@@ -3,17 +3,37 @@
 use clap::Parser;
 use vko_sidecar::cli::{Cli, Command, run_init, run_sentinel_init, run_sidecar};
 
+/// JSON logs at `RUST_LOG` (`target=level` directives, e.g. `info,kube=warn`), else `info`. A
+/// `Targets` filter, not an `EnvFilter`: the same directives without span and field filters, and
+/// without the regex engine in every data pod's binary.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(false)
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let wanted = std::env::var("RUST_LOG").ok();
+    let parsed = wanted
+        .as_deref()
+        .map(str::parse::<tracing_subscriber::filter::Targets>);
+    let filter = match &parsed {
+        Some(Ok(targets)) => targets.clone(),
+        _ => tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO),
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(false),
+        )
+        .with(filter)
         .init();
+    if let (Some(value), Some(Err(error))) = (wanted, parsed) {
+        tracing::warn!(rust_log = %value, %error, "RUST_LOG not understood; logging at info");
+    }
 }
 
-#[tokio::main]
+// One thread: the sidecar's work is a few timed network calls, and each runtime worker thread
+// costs its stack and a malloc arena in every data pod of the fleet (issue 20, measured in
+// docs/status.md). Nothing here blocks a thread for long: config writes are a few hundred bytes.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     init_logging();
     vko_valkey::install_default_crypto_provider();

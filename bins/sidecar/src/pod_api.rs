@@ -6,6 +6,10 @@
 //! The own pod's label is read back from that watch, not by a GET every 10 s: at steady state a
 //! sidecar sends no request (one watch, re-opened every few minutes), where the GETs cost one
 //! request per pod per 10 s (100 req/s at 1,000 pods).
+//!
+//! Every call reads and returns metadata only (`PartialObjectMeta`): the sidecar needs labels,
+//! annotations and the deletion timestamp, and a whole Pod's decoder is the largest part of a
+//! binary that every data pod runs (`cargo xtask bench fleet`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +18,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use vko_api::consts::kube_api;
@@ -46,20 +51,26 @@ const OWN_POD_WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The real API, in-cluster credentials (the projected token).
 pub struct KubePodApi {
-    pods: Api<Pod>,
+    pods: Api<PartialObjectMeta<Pod>>,
     own_pod: String,
     /// The own pod's `instanceRole` label as the watch last saw it: `None` while not known (no
     /// event yet, or the watch failed since), when reads fall back to a GET.
     own_label: Arc<Mutex<Option<Option<String>>>>,
 }
 
+/// The pod's own ServiceAccount credentials (`KUBERNETES_SERVICE_HOST`, the mounted token and CA),
+/// never a kubeconfig: a sidecar runs only in its pod. Connects within the shared deadline.
+pub(crate) fn in_cluster_config() -> Result<kube::Config> {
+    let mut config = kube::Config::incluster()
+        .map_err(|e| SidecarError::Kube(format!("in-cluster client configuration: {e}")))?;
+    config.connect_timeout = Some(kube_api::CONNECT_TIMEOUT);
+    Ok(config)
+}
+
 impl KubePodApi {
     /// The API client, and the watch of `own_pod` (a task that lives as long as the process).
     pub async fn in_cluster(namespace: &str, own_pod: &str) -> Result<KubePodApi> {
-        let mut config = kube::Config::infer()
-            .await
-            .map_err(|e| SidecarError::Kube(format!("client configuration: {e}")))?;
-        config.connect_timeout = Some(kube_api::CONNECT_TIMEOUT);
+        let mut config = in_cluster_config()?;
         let mut watch_config = config.clone();
         watch_config.read_timeout = Some(OWN_POD_WATCH_READ_TIMEOUT);
         let watch_client = kube::Client::try_from(watch_config)
@@ -91,7 +102,7 @@ impl KubePodApi {
     }
 }
 
-fn role_label_of(pod: &Pod) -> Option<String> {
+fn role_label_of(pod: &PartialObjectMeta<Pod>) -> Option<String> {
     pod.metadata
         .labels
         .as_ref()
@@ -100,7 +111,11 @@ fn role_label_of(pod: &Pod) -> Option<String> {
 
 /// Keeps `own_label` current from a watch of `pod` alone; forgets it while the watch fails (the
 /// watcher retries with backoff).
-async fn watch_own_pod(pods: Api<Pod>, pod: String, own_label: Arc<Mutex<Option<Option<String>>>>) {
+async fn watch_own_pod(
+    pods: Api<PartialObjectMeta<Pod>>,
+    pod: String,
+    own_label: Arc<Mutex<Option<Option<String>>>>,
+) {
     let config = watcher::Config::default()
         .fields(&format!("metadata.name={pod}"))
         .timeout(OWN_POD_WATCH_TIMEOUT_SECS);
@@ -136,7 +151,7 @@ async fn watch_own_pod(pods: Api<Pod>, pod: String, own_label: Arc<Mutex<Option<
 }
 
 impl KubePodApi {
-    async fn get(&self, pod: &str) -> Result<Pod> {
+    async fn get(&self, pod: &str) -> Result<PartialObjectMeta<Pod>> {
         self.pods
             .get(pod)
             .await
