@@ -24,6 +24,7 @@ mod operator_auth_persistence;
 mod operator_failover;
 mod operator_fencing;
 mod operator_fencing_lease;
+mod operator_fleet;
 mod operator_ha;
 mod operator_leader;
 mod operator_metrics;

@@ -6,7 +6,7 @@ use anyhow::Context;
 use vko_testbed::controlplane::{self, BuildOutcome, format_duration};
 use vko_testbed::paths::{self, Paths};
 
-use crate::{bench_fence, bench_min_replicas, testbed};
+use crate::{bench_fence, bench_fleet, bench_min_replicas, testbed};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,6 +43,11 @@ enum Bench {
     /// how long a master cut off from its replica keeps acknowledging, and how long a replica
     /// restart makes the master refuse every write.
     MinReplicas(bench_min_replicas::Args),
+    /// Fleet scale (issue 20): the chart's in-cluster operator, release binaries in every pod, N
+    /// Valkeys applied at once for each N; time to all OK, then a steady state: the operator's
+    /// and the sidecars' API requests and writes per minute (from the audit log), RSS and CPU.
+    /// Starts a testbed of its own (its pods run target/release) and stops it afterwards.
+    Fleet(bench_fleet::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -51,6 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Roll { rolls } => bench_roll(rolls.max(1)),
         Bench::Fence(args) => bench_fence::run(args),
         Bench::MinReplicas(args) => bench_min_replicas::run(args),
+        Bench::Fleet(args) => bench_fleet::run(args),
     }
 }
 
@@ -187,12 +193,10 @@ pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
 pub(crate) fn run_ignored_e2e(
     test: &str,
     env: &[(&str, String)],
-    mut on_line: impl FnMut(&str),
+    on_line: impl FnMut(&str),
 ) -> anyhow::Result<()> {
-    use std::io::BufRead;
     paths::require_root()?;
     let paths = Paths::from_env();
-    let root = testbed::repo_root();
     testbed::cargo(&["build", "-p", "vko-operator", "-p", "vko-sidecar"])?;
     let helm = crate::helm::build()?;
     let started_here = testbed::refuse_if_running(&paths).is_ok();
@@ -201,50 +205,59 @@ pub(crate) fn run_ignored_e2e(
         let elapsed = testbed::start_built(&paths)?;
         println!("testbed ready in {}", format_duration(elapsed));
     }
-    let mut run = || -> anyhow::Result<()> {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut command = std::process::Command::new(cargo);
-        command
-            .args([
-                "test",
-                "--package",
-                "vko-e2e",
-                "--features",
-                "e2e",
-                "--test",
-                "e2e",
-                "--",
-                "--ignored",
-                "--exact",
-                test,
-                "--nocapture",
-            ])
-            .current_dir(&root)
-            .env("KUBECONFIG", paths.admin_kubeconfig())
-            .env(paths::BIN_DIR_ENV, paths::bin_dir())
-            .env(paths::STATE_DIR_ENV, paths.state_dir())
-            .env(vko_testbed::harness::HELM_BIN_ENV, &helm)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(std::process::Stdio::piped());
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("running the {test} end-to-end test"))?;
-        if let Some(stdout) = child.stdout.take() {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let line = line?;
-                println!("{line}");
-                on_line(&line);
-            }
-        }
-        let status = child.wait()?;
-        anyhow::ensure!(status.success(), "the {test} test failed ({status})");
-        Ok(())
-    };
-    let result = run();
+    let result = cargo_test_ignored(test, env, &paths, &helm, on_line);
     if started_here {
         testbed::down()?;
     }
     result
+}
+
+/// `cargo test` of the ignored end-to-end test `test` against the running testbed at `paths`.
+pub(crate) fn cargo_test_ignored(
+    test: &str,
+    env: &[(&str, String)],
+    paths: &Paths,
+    helm: &std::path::Path,
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args([
+            "test",
+            "--package",
+            "vko-e2e",
+            "--features",
+            "e2e",
+            "--test",
+            "e2e",
+            "--",
+            "--ignored",
+            "--exact",
+            test,
+            "--nocapture",
+        ])
+        .current_dir(testbed::repo_root())
+        .env("KUBECONFIG", paths.admin_kubeconfig())
+        .env(paths::BIN_DIR_ENV, paths::bin_dir())
+        .env(paths::STATE_DIR_ENV, paths.state_dir())
+        .env(vko_testbed::harness::HELM_BIN_ENV, helm)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped());
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("running the {test} end-to-end test"))?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line?;
+            println!("{line}");
+            on_line(&line);
+        }
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "the {test} test failed ({status})");
+    Ok(())
 }
 
 fn bench_roll(rolls: u32) -> anyhow::Result<()> {

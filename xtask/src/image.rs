@@ -168,7 +168,7 @@ fn install_host_commands() -> anyhow::Result<()> {
     apt(&args)
 }
 
-fn git_head() -> anyhow::Result<String> {
+pub(crate) fn git_head() -> anyhow::Result<String> {
     let output = Command::new("git")
         .args(["rev-parse", "HEAD"])
         .current_dir(repo_root())
@@ -185,7 +185,7 @@ fn git_head() -> anyhow::Result<String> {
 
 /// `cargo build --release` of the three binaries (stripped by the release profile), with the
 /// commit the operator reports in `vko_operator_build_info`.
-fn build_binaries(revision: &str) -> anyhow::Result<()> {
+pub(crate) fn build_binaries(revision: &str) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut args = vec!["build", "--release", "--locked"];
     for binary in BINARIES {

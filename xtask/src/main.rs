@@ -4,6 +4,7 @@
 mod alerts;
 mod bench;
 mod bench_fence;
+mod bench_fleet;
 mod bench_min_replicas;
 mod demo;
 mod exporter;

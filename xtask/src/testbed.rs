@@ -175,17 +175,23 @@ pub fn refuse_if_running(paths: &Paths) -> anyhow::Result<()> {
 /// Starts a testbed from already built binaries (sweeping leftovers of an earlier one first) and
 /// returns the time from starting the supervisor to `ready`.
 pub fn start_built(paths: &Paths) -> anyhow::Result<Duration> {
+    start_built_with_images(paths, &target_dir().join("debug"))
+}
+
+/// [`start_built`] with the operator image's pods (sidecar, init, observer, the chart's operator)
+/// running the binaries in `image_dir` (e.g. `target/release`).
+pub fn start_built_with_images(paths: &Paths, image_dir: &Path) -> anyhow::Result<Duration> {
     refuse_if_running(paths)?;
     if !find_leftovers(paths)?.is_empty() {
         println!("removing leftovers of an earlier testbed first");
         sweep(paths)?;
     }
-    start_supervisor(paths)
+    start_supervisor(paths, image_dir)
 }
 
 /// Starts the (already built) supervisor detached and waits for its ready marker. On failure the
 /// supervisor's log tail is printed and everything it may have left is swept away.
-fn start_supervisor(paths: &Paths) -> anyhow::Result<Duration> {
+fn start_supervisor(paths: &Paths, image_dir: &Path) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(paths.state_dir())
         .with_context(|| format!("creating {}", paths.state_dir().display()))?;
     let log_path = paths.supervisor_log();
@@ -209,10 +215,7 @@ fn start_supervisor(paths: &Paths) -> anyhow::Result<Duration> {
         // The operator image of the rendered pods (sidecar, init, observer) runs this workspace's
         // freshly built binaries.
         .arg("--image")
-        .arg(format!(
-            "{OPERATOR_IMAGE}={}",
-            target_dir().join("debug").display()
-        ))
+        .arg(format!("{OPERATOR_IMAGE}={}", image_dir.display()))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)
