@@ -45,6 +45,9 @@ const SLACK: Duration = Duration::from_millis(500);
 /// Lost writes are allowed only among those acknowledged this long after the window start.
 const BOUND: Duration = Duration::from_millis(2_750);
 const _: () = assert!(BOUND.as_millis() == F.as_millis() + POLL.as_millis() + SLACK.as_millis());
+/// A write acknowledged this long after the fault's request returned still counts as
+/// acknowledged at the fault (its OK was in flight); no failover is that fast.
+const FAULT_LANDED_SLACK: Duration = Duration::from_millis(100);
 /// Issue 14: the samples of labels and endpoints at most this far apart.
 const MAX_SAMPLE_GAP: Duration = Duration::from_millis(250);
 /// The in-netns writer's `OK`s paused longer than this: its server stopped acknowledging.
@@ -246,12 +249,13 @@ impl Run {
     fn bench_line(&self, topology: Topology, run: usize) -> String {
         let ms = |d: Duration| d.as_millis().to_string();
         format!(
-            "BENCH topology={} fault={} run={run} hold_ms={} fenced_ms={} lost={} lost_outside={} last_lost_ms={} acked={} late_acks={} whole_ms={} max_masters={} max_rw={} sample_gap_ms={}",
+            "BENCH topology={} fault={} run={run} hold_ms={} fenced_ms={} lost={} lost_at_fault={} lost_outside={} last_lost_ms={} acked={} late_acks={} whole_ms={} max_masters={} max_rw={} sample_gap_ms={}",
             topology.label(),
             self.kind.label(),
             ms(self.hold),
             self.fenced_after.map_or("-".into(), ms),
-            self.lost.in_window + self.lost.outside.len(),
+            self.lost.in_window + self.lost.at_the_fault + self.lost.outside.len(),
+            self.lost.at_the_fault,
             self.lost.outside.len(),
             self.lost.last_after_start.map_or("-".into(), ms),
             self.acked,
@@ -292,6 +296,9 @@ async fn fault_once(
     eprintln!("{} of the master {old_master} for {hold:?}", kind.label());
     let fault_at = Instant::now();
     testbed.fault(kind.start(ns, &old_master)).await?;
+    // The fault is in place when its request returns; an OK the server sent just before (a
+    // write it had not yet replicated) may be read a little later.
+    let fault_landed = Instant::now() + FAULT_LANDED_SLACK;
     tokio::time::sleep(hold).await;
     // Taken before the request: the server runs again somewhere between sending the SIGCONT
     // request and its answer, and a write it acknowledges then (one queued while it was stopped)
@@ -348,7 +355,7 @@ async fn fault_once(
             acks.first_errors.iter().take(4).collect::<Vec<_>>()
         );
     }
-    let lost = split_lost(&lost, fault_at, window_start, BOUND);
+    let lost = split_lost(&lost, fault_at, fault_landed, window_start, BOUND);
     // Until the heal a partitioned master's OKs count; a resumed one is watched until whole.
     let until = match kind {
         FaultKind::Partition => ended,
@@ -373,7 +380,7 @@ async fn fault_once(
         samples,
     };
     eprintln!(
-        "MEASURED fencing {} {} {hold:?} (window from the {}): {} acknowledged writes lost inside the window, the last {:?} after its start (F {F:?}), {} outside; the in-netns writer's OKs stopped {:?} after the window start, {} OKs later than {BOUND:?}; samples {} (longest interval {:?}, {} watch errors): at most {} pods labelled master ({:?} at {:?}), at most {} -rw endpoints ({:?}); {} -> {}",
+        "MEASURED fencing {} {} {hold:?} (window from the {}): {} acknowledged writes lost inside the window, the last {:?} after its start (F {F:?}), {} acknowledged as the fault hit (not yet replicated), {} outside; the in-netns writer's OKs stopped {:?} after the window start, {} OKs later than {BOUND:?}; samples {} (longest interval {:?}, {} watch errors): at most {} pods labelled master ({:?} at {:?}), at most {} -rw endpoints ({:?}); {} -> {}",
         topology.label(),
         kind.label(),
         match kind {
@@ -382,6 +389,7 @@ async fn fault_once(
         },
         run.lost.in_window,
         run.lost.last_in_window,
+        run.lost.at_the_fault,
         run.lost.outside.len(),
         run.fenced_after,
         run.inside_acked_late,

@@ -104,7 +104,8 @@ fn pod_of(run_ids: &[(String, String)], run_id: &str) -> Option<String> {
 }
 
 /// Waits for the cluster: Valkey OK with 3 ready, Sentinel names a master with 2 replicas, `-rw`
-/// has it as its endpoint; returns the master pod.
+/// has it as its endpoint and `-r` both replicas (a replica's readiness can trail the Phase);
+/// returns the master pod.
 async fn cluster_ready(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
     wait_for_valkey(
@@ -129,6 +130,13 @@ async fn cluster_ready(client: &kube::Client, ns: &str) -> anyhow::Result<String
             );
             let rw = endpoint_pods(client, ns, &format!("{NAME}-rw")).await?;
             anyhow::ensure!(rw == [master.clone()], "-rw {rw:?}");
+            let r = endpoint_pods(client, ns, &format!("{NAME}-r")).await?;
+            let replicas: Vec<String> = pods
+                .names_with_prefix(&format!("{NAME}-"))
+                .into_iter()
+                .filter(|pod| *pod != master)
+                .collect();
+            anyhow::ensure!(r == replicas, "-r {r:?}, the replicas {replicas:?}");
             Ok(master)
         },
     )
@@ -556,7 +564,13 @@ async fn cluster_ip_services_route_to_the_master_and_replicas_and_follow_a_hando
             "cluster ready after {:?}, master {master}",
             started.elapsed()
         );
-        host_reaches_the_right_pods(&client, &ns, &master).await?;
+        // kube-proxy programs its rules some time after the EndpointSlices change.
+        eventually(
+            Duration::from_secs(20),
+            "the host reaches the right pods through the ClusterIPs",
+            || host_reaches_the_right_pods(&client, &ns, &master),
+        )
+        .await?;
         pods_reach_the_right_pods(&client, &ns, &master).await?;
         handover_through_the_service(&client, &ns, &master).await
     }

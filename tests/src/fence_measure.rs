@@ -34,18 +34,25 @@ pub struct LostSplit {
     /// The latest lost write acknowledged after `window_start`, inside the window or not: the
     /// lost-write window.
     pub last_after_start: Option<Duration>,
+    /// Acknowledged between the fault's request and `fault_landed` (before the window start):
+    /// what the master acknowledged in the instant the fault hit it, before replicating it
+    /// (asynchronous replication: as for a crash, such a write can be lost).
+    pub at_the_fault: usize,
     /// Every other lost write: `<key> <when>` (before the fault, while it lasted, or later than
     /// the bound), which the bound does not allow.
     pub outside: Vec<String>,
 }
 
-/// Splits lost writes (`(key, when its OK came)`): allowed are only those acknowledged from
-/// `window_start` (the cut of a partition, the resume of a pause) to `bound` after it; a write
-/// acknowledged before `fault` or between `fault` and `window_start` (a paused server
-/// acknowledges nothing, so those came from the new master) must survive.
+/// Splits lost writes (`(key, when its OK came)`): allowed are those acknowledged from
+/// `window_start` (the cut of a partition, the resume of a pause) to `bound` after it, and those
+/// acknowledged from `fault` (the fault's request sent) to `fault_landed` (its answer, plus the
+/// client's read of an `OK` sent just before); a write acknowledged before `fault` or between
+/// `fault_landed` and `window_start` (a paused server acknowledges nothing, so those came from
+/// the new master) must survive.
 pub fn split_lost(
     lost: &[(String, Instant)],
     fault: Instant,
+    fault_landed: Instant,
     window_start: Instant,
     bound: Duration,
 ) -> LostSplit {
@@ -66,6 +73,7 @@ pub fn split_lost(
             None if *at < fault => split
                 .outside
                 .push(format!("{key} {:?} before the fault", fault - *at)),
+            None if *at <= fault_landed => split.at_the_fault += 1,
             None => split.outside.push(format!(
                 "{key} during the fault, {:?} before the window start",
                 window_start - *at
@@ -122,19 +130,31 @@ mod tests {
                 .map(|&o| (format!("k{o}"), t0 + ms(o)))
                 .collect()
         };
-        let split = split_lost(&lost(&[25_000, 25_030, 27_000]), fault, resume, ms(2_750));
+        let landed = t0 + ms(10_200);
+        let split = split_lost(
+            &lost(&[25_000, 25_030, 27_000]),
+            fault,
+            landed,
+            resume,
+            ms(2_750),
+        );
         assert_eq!(split.in_window, 3);
         assert_eq!(split.last_in_window, Some(ms(2_000)));
         assert_eq!(split.last_after_start, Some(ms(2_000)));
         assert!(split.outside.is_empty());
 
         let split = split_lost(
-            &lost(&[9_999, 12_000, 25_010, 27_751]),
+            &lost(&[9_999, 10_000, 10_200, 12_000, 25_010, 27_751]),
             fault,
+            landed,
             resume,
             ms(2_750),
         );
         assert_eq!(split.in_window, 1);
+        assert_eq!(
+            split.at_the_fault, 2,
+            "acknowledged while the stop was on its way"
+        );
         assert_eq!(split.last_in_window, Some(ms(10)));
         assert_eq!(split.last_after_start, Some(ms(2_751)));
         assert_eq!(split.outside.len(), 3, "{:?}", split.outside);
@@ -143,9 +163,16 @@ mod tests {
         assert!(split.outside[2].contains("after the window start"));
 
         // A partition: the window starts at the fault.
-        let split = split_lost(&lost(&[10_000, 12_700]), fault, fault, ms(2_750));
+        let split = split_lost(&lost(&[10_000, 12_700]), fault, landed, fault, ms(2_750));
         assert_eq!((split.in_window, split.outside.len()), (2, 0));
+        assert_eq!(
+            split.at_the_fault, 0,
+            "a partition's window starts at the fault"
+        );
         assert_eq!(split.last_in_window, Some(ms(2_700)));
-        assert_eq!(split_lost(&[], fault, fault, ms(1)), LostSplit::default());
+        assert_eq!(
+            split_lost(&[], fault, landed, fault, ms(1)),
+            LostSplit::default()
+        );
     }
 }
