@@ -569,6 +569,17 @@ async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write()
     );
     assert_eq!(result.lost, 0, "acknowledged writes lost");
     assert_eq!(result.masters_after.len(), 1, "{:?}", result.masters_after);
+    if !warnings.is_empty() {
+        // Why a master fenced: what its fencer saw (the rolled pods' logs are kept).
+        for line in vko_e2e::fence_support::deleted_pod_log_lines(
+            &ns,
+            &format!("{name}-"),
+            "sidecar",
+            &["FENCED", "do not prove", "promoted", "drain"],
+        ) {
+            eprintln!("{line}");
+        }
+    }
     assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
     assert!(result.concurrency.data <= 1, "{:?}", result.concurrency);
     assert_eq!(

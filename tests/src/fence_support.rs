@@ -428,3 +428,42 @@ pub async fn sidecar_log_lines(
         })
         .collect()
 }
+
+/// Lines of `container`'s logs, in every attempt, of the deleted pods of `ns` whose name starts
+/// with `prefix` (the testbed keeps them under `deleted-pods/`), with the pod directory's name.
+pub fn deleted_pod_log_lines(
+    ns: &str,
+    prefix: &str,
+    container: &str,
+    needles: &[&str],
+) -> Vec<String> {
+    let state = std::env::var("VKO_TESTBED_DIR").unwrap_or_else(|_| "/run/vko-testbed".into());
+    let root = std::path::Path::new(&state).join("deleted-pods");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut pods: Vec<_> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|dir| dir.starts_with(&format!("{ns}_{prefix}")))
+        .collect();
+    pods.sort();
+    let mut lines = Vec::new();
+    for pod in pods {
+        let Ok(attempts) = std::fs::read_dir(root.join(&pod).join(container)) else {
+            continue;
+        };
+        let mut files: Vec<_> = attempts.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for file in files {
+            lines.extend(
+                std::fs::read_to_string(&file)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|line| needles.iter().any(|n| line.contains(n)))
+                    .map(|line| format!("{pod}: {line}")),
+            );
+        }
+    }
+    lines
+}

@@ -194,6 +194,9 @@ impl Worker {
     }
 }
 
+/// Under the state directory: the container logs of deleted pods (see `PodWorker::keep_logs`).
+pub const DELETED_POD_LOGS: &str = "deleted-pods";
+
 /// namespace/name/uid, for logs and messages.
 #[derive(Clone, Debug)]
 struct PodKey {
@@ -1302,6 +1305,31 @@ impl PodWorker {
         Duration::from_secs(seconds.max(0).unsigned_abs())
     }
 
+    /// The pod's container logs move to `state_dir/deleted-pods/<ns>_<name>_<uid>/` before its
+    /// directory goes: a test can read what a pod the operator replaced logged (a real kubelet
+    /// drops them; the testbed is torn down with its state directory).
+    async fn keep_logs(&self) {
+        let logs = self.pod_dir.join("logs");
+        let kept = self
+            .kubelet
+            .config
+            .state_dir
+            .join(DELETED_POD_LOGS)
+            .join(format!(
+                "{}_{}_{}",
+                self.key.namespace, self.key.name, self.key.uid
+            ));
+        let moved = async {
+            tokio::fs::create_dir_all(kept.parent().unwrap_or(&kept)).await?;
+            tokio::fs::rename(&logs, &kept).await
+        };
+        match moved.await {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(pod = %self.key, %error, "keeping the pod's logs failed"),
+        }
+    }
+
     /// Hosts file, volumes, network, pod directory. Never PV data (it lives outside the pod dir).
     async fn cleanup(&self, sandbox_slot: &Arc<Mutex<Option<Sandbox>>>) {
         self.kubelet.dns.forget(&self.key.uid);
@@ -1322,6 +1350,7 @@ impl PodWorker {
         if let Err(error) = volumes::cleanup(&self.pod_dir).await {
             tracing::warn!(pod = %self.key, %error, "removing the pod's volumes failed");
         }
+        self.keep_logs().await;
         match tokio::fs::remove_dir_all(&self.pod_dir).await {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
