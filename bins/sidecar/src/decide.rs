@@ -1,7 +1,7 @@
 //! Every decision the sidecar takes, as pure functions of what it observed (ADR 0005). The I/O
 //! around them lives in `init`, `run` and `handover`.
 
-use vko_authority::{Electorate, InstanceRole, Vote};
+use vko_authority::{Electorate, FenceAnswer, InstanceRole, Proof, Vote};
 
 use crate::conf::RoleLine;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
@@ -36,14 +36,24 @@ pub fn sentinel_master(answers: &[Option<SentinelAnswer>], discovered: usize) ->
     vko_authority::sentinel_majority(Electorate::new(0, discovered), votes(answers))
 }
 
-/// ADR 0019: does this round of answers prove `me`'s authority (a strict majority of every
-/// Sentinel the cluster has names `me`)? Same electorate as [`sentinel_master`].
-pub fn proves_authority(
+/// ADR 0019 / 0030: how this round of answers proves `me`'s authority (a strict majority of
+/// every Sentinel the cluster has names `me`, or the failover in progress promotes `me`), if it
+/// does. Same electorate as [`sentinel_master`].
+pub fn authority_proof(
     me: &Endpoint,
     answers: &[Option<SentinelAnswer>],
     discovered: usize,
-) -> bool {
-    vko_authority::proves_authority(me, Electorate::new(0, discovered), votes(answers))
+) -> Option<Proof> {
+    let answers: Vec<FenceAnswer<Endpoint>> = answers
+        .iter()
+        .flatten()
+        .zip(votes(answers))
+        .map(|(answer, vote)| FenceAnswer {
+            vote,
+            promoting: answer.promoting.clone(),
+        })
+        .collect();
+    vko_authority::authority_proof(me, Electorate::new(0, discovered), &answers)
 }
 
 /// `sentinel-init`: where a (re)starting Sentinel points its monitor. The master a majority of
@@ -229,6 +239,7 @@ mod tests {
             master: ep(master),
             known_sentinels: known,
             config_epoch: epoch,
+            promoting: None,
         })
     }
 

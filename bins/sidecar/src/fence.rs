@@ -314,7 +314,15 @@ impl Fencer {
             self.last_proven = Some(started);
         }
         if self.last_view.as_deref() != Some(view.as_str()) {
-            tracing::debug!(view, proven, "fencer: Sentinel answers changed");
+            // Once per change: an unproven round is what a later FENCED line is made of.
+            if proven {
+                tracing::debug!(view, "fencer: Sentinel answers changed");
+            } else {
+                tracing::info!(
+                    view,
+                    "fencer: Sentinel answers do not prove this master's authority"
+                );
+            }
             self.last_view = Some(view.clone());
         }
         self.act(is_master, &view).await;
@@ -526,14 +534,20 @@ impl Fencer {
             .flatten()
             .filter(|a| a.master == *node.me())
             .count();
-        let proven = decide::proves_authority(node.me(), &answers, discovered);
+        let proof = decide::authority_proof(node.me(), &answers, discovered);
+        let proven = proof.is_some();
         let named = decide::sentinel_master(&answers, discovered).filter(|m| m != node.me());
         let view = format!(
-            "{answered} of {discovered} Sentinels answered, {naming_me} name this pod{}",
+            "{answered} of {discovered} Sentinels answered, {naming_me} name this pod{}{}",
             named
                 .as_ref()
                 .map(|m| format!(", the majority names {m}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if proof == Some(vko_authority::Proof::Promotion) {
+                ", the failover in progress promotes this pod"
+            } else {
+                ""
+            }
         );
         (proven, named, view)
     }

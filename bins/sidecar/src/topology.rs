@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use vko_authority::HOLD_HOST;
-use vko_valkey::parse::ReplicationRole;
+use vko_valkey::parse::{InstanceFlag, ReplicationRole};
 use vko_valkey::{Dialer, ValkeyClient};
 
 use crate::error::{Result, SidecarError};
@@ -295,6 +295,8 @@ pub struct SentinelAnswer {
     /// This Sentinel plus the peers it knows.
     pub known_sentinels: u32,
     pub config_epoch: u64,
+    /// While this Sentinel runs a failover of `master`: the replica it promotes (ADR 0030).
+    pub promoting: Option<Endpoint>,
 }
 
 async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<SentinelAnswer> {
@@ -305,21 +307,41 @@ async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<Sen
             .map_err(SidecarError::valkey(format!(
                 "connect to sentinel {sentinel}"
             )))?;
-        let master = client
-            .master(name)
-            .await
-            .map_err(SidecarError::valkey(format!(
-                "SENTINEL MASTER on {sentinel}"
-            )));
+        let asked = async {
+            let master = client
+                .master(name)
+                .await
+                .map_err(SidecarError::valkey(format!(
+                    "SENTINEL MASTER on {sentinel}"
+                )))?;
+            // Only the Sentinel running a failover flags its master entry; the replica it
+            // promotes is flagged in its replica list.
+            let promoting = if master.flags.contains(&InstanceFlag::FailoverInProgress) {
+                client
+                    .replicas(name)
+                    .await
+                    .map_err(SidecarError::valkey(format!(
+                        "SENTINEL REPLICAS on {sentinel}"
+                    )))?
+                    .into_iter()
+                    .find(|r| r.flags.contains(&InstanceFlag::Promoted))
+                    .map(|r| Endpoint::new(r.host, r.port))
+            } else {
+                None
+            };
+            Ok::<_, SidecarError>((master, promoting))
+        };
+        let answer = asked.await;
         client.close().await;
-        master
+        answer
     };
     match answer.await {
-        Ok(m) => Some(SentinelAnswer {
+        Ok((m, promoting)) => Some(SentinelAnswer {
             sentinel: sentinel.clone(),
             master: Endpoint::new(m.host, m.port),
             known_sentinels: m.num_other_sentinels + 1,
             config_epoch: m.config_epoch.unwrap_or(0),
+            promoting,
         }),
         Err(e) => {
             tracing::debug!(%sentinel, error = %e, "sentinel did not answer");

@@ -115,6 +115,62 @@ pub fn proves_authority<K: PartialEq>(
     sentinel_majority(electorate, votes).is_some_and(|named| named == *me)
 }
 
+/// One answering Sentinel as the fencer sees it: whom it names, and, while it runs a failover,
+/// the replica that failover promotes (its `SENTINEL REPLICAS` entry flagged `promoted`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FenceAnswer<K> {
+    pub vote: Vote<K>,
+    /// `Some` only while this Sentinel's master entry is flagged `failover_in_progress`.
+    pub promoting: Option<K>,
+}
+
+/// How a round proved the authority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// A strict majority of the electorate names this master ([`proves_authority`]).
+    Majority,
+    /// ADR 0030: the Sentinel running the failover promotes this pod, the other answers still
+    /// name the master it fails over from, and a strict majority answered.
+    Promotion,
+}
+
+/// ADR 0030: does this round prove `me`'s authority? A strict majority naming `me`, or a
+/// failover in progress that promotes `me`: a Sentinel names the master `from` it fails over and
+/// promotes `me`, every other answer names `me` or `from` (a view the failover's end will
+/// replace) without promoting anybody else, and a strict majority of the electorate answered (a
+/// pod cut off with its promoter alone proves nothing). Sentinel names the promoted replica only
+/// when its failover ends, after every other replica was reconfigured (up to its reconf timeout
+/// per replica that does not follow); the promotion itself is the authority's act.
+pub fn authority_proof<K: PartialEq + Clone>(
+    me: &K,
+    electorate: Electorate,
+    answers: &[FenceAnswer<K>],
+) -> Option<Proof> {
+    let votes = || answers.iter().map(|a| a.vote.clone());
+    if proves_authority(me, electorate, votes()) {
+        return Some(Proof::Majority);
+    }
+    let counted = crate::sentinel::tally(electorate, votes());
+    if counted.answered < counted.needed() {
+        return None;
+    }
+    let from = answers
+        .iter()
+        .find_map(|a| match (&a.vote.master, &a.promoting) {
+            (Some(from), Some(promoted)) if promoted == me && from != me => Some(from.clone()),
+            _ => None,
+        })?;
+    answers
+        .iter()
+        .all(|a| {
+            let names_me_or_from =
+                a.vote.master.as_ref() == Some(me) || a.vote.master.as_ref() == Some(&from);
+            let promotes_none_else = a.promoting.as_ref().is_none_or(|p| p == me);
+            names_me_or_from && promotes_none_else
+        })
+        .then_some(Proof::Promotion)
+}
+
 /// When an unfenced master must be looked at again at the latest so that it is fenced on time:
 /// the moment its last proof turns F old (`None`: never proven, due now).
 pub fn fence_deadline(last_proven: Option<Duration>, fence_after: Duration) -> Option<Duration> {
@@ -239,6 +295,108 @@ mod tests {
         for (electorate, votes, want, why) in cases {
             assert_eq!(proves_authority(&me, electorate, votes), want, "{why}");
         }
+    }
+
+    #[test]
+    fn a_failover_promoting_me_proves_while_the_others_name_the_old_master() {
+        let (me, old, other) = ("vk-1", "vk-0", "vk-2");
+        let a = |master: Option<&'static str>, promoting: Option<&'static str>| FenceAnswer {
+            vote: Vote::new(master, 3),
+            promoting,
+        };
+        let three = Electorate::new(0, 3);
+        use Proof::*;
+        type Case = (Vec<FenceAnswer<&'static str>>, Option<Proof>, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                vec![
+                    a(Some(old), Some(me)),
+                    a(Some(old), None),
+                    a(Some(old), None),
+                ],
+                Some(Promotion),
+                "the leader promotes me, the others still name the old master",
+            ),
+            (
+                vec![a(Some(old), Some(me)), a(Some(old), None)],
+                Some(Promotion),
+                "two of three answer",
+            ),
+            (
+                vec![
+                    a(Some(me), None),
+                    a(Some(old), None),
+                    a(Some(old), Some(me)),
+                ],
+                Some(Promotion),
+                "one follower already names me",
+            ),
+            (
+                vec![a(Some(me), None), a(Some(me), None), a(Some(old), Some(me))],
+                Some(Majority),
+                "a majority names me",
+            ),
+            (
+                vec![a(Some(old), Some(me))],
+                None,
+                "cut off with the promoter alone",
+            ),
+            (
+                vec![a(Some(old), Some(me)), a(None, None)],
+                None,
+                "the other answer names no master",
+            ),
+            (
+                vec![
+                    a(Some(old), Some(me)),
+                    a(Some(other), None),
+                    a(Some(old), None),
+                ],
+                None,
+                "a Sentinel names a third pod",
+            ),
+            (
+                vec![
+                    a(Some(old), Some(me)),
+                    a(Some(old), Some(other)),
+                    a(Some(old), None),
+                ],
+                None,
+                "a competing failover promotes another pod",
+            ),
+            (
+                vec![a(Some(old), None), a(Some(old), None), a(Some(old), None)],
+                None,
+                "no failover in progress",
+            ),
+            (
+                vec![
+                    a(Some(old), Some(other)),
+                    a(Some(old), None),
+                    a(Some(old), None),
+                ],
+                None,
+                "the failover promotes another pod",
+            ),
+        ];
+        for (answers, want, why) in cases {
+            assert_eq!(authority_proof(&me, three, &answers), want, "{why}");
+        }
+        let five_known = [
+            FenceAnswer {
+                vote: Vote::new(Some(old), 5),
+                promoting: Some(me),
+            },
+            FenceAnswer {
+                vote: Vote::new(Some(old), 5),
+                promoting: None,
+            },
+        ];
+        assert_eq!(
+            authority_proof(&me, three, &five_known),
+            None,
+            "a peer reports five Sentinels: two answers are no majority"
+        );
     }
 
     #[test]
