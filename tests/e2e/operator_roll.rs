@@ -241,6 +241,8 @@ enum Change {
     CpuRequest(u32),
     /// `spec.metrics.enabled: true`: every data pod gets the exporter; the Sentinel tier stays.
     EnableMetrics,
+    /// A new `spec.image` (another Valkey release): every pod of both tiers is replaced.
+    Image(&'static str),
 }
 
 async fn roll_once(
@@ -280,6 +282,7 @@ async fn roll_once(
             (spec, shape.sentinel)
         }
         Change::EnableMetrics => (serde_json::json!({"metrics": {"enabled": true}}), false),
+        Change::Image(image) => (serde_json::json!({ "image": image }), shape.sentinel),
     };
     let started = Instant::now();
     valkeys
@@ -598,6 +601,204 @@ async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write()
         });
         assert!(exporter_ready, "{pod} runs a ready exporter container");
     }
+    test.cleanup().await.unwrap();
+}
+
+/// `valkey_version` of every data pod and every Sentinel of `name`.
+async fn versions_running(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let pods = Pods::list(client, ns).await?;
+    let mut versions = BTreeMap::new();
+    for (pod, port) in data_pods(&pods, name)
+        .into_iter()
+        .map(|pod| (pod, VALKEY_PORT))
+        .chain(
+            sentinel_pods(&pods, name)
+                .into_iter()
+                .map(|pod| (pod, 26379)),
+        )
+    {
+        let ip = pods.ip(&pod).unwrap_or_default();
+        let Reply::Bulk(Some(server)) = call(&ip, port, &["INFO", "server"]).await? else {
+            anyhow::bail!("{pod}: INFO server gave no text");
+        };
+        let version = info_field(&server, "valkey_version")
+            .unwrap_or("?")
+            .to_owned();
+        versions.insert(pod, version);
+    }
+    Ok(versions)
+}
+
+/// Issue 16 item 5: a 3 + 3 cluster without persistence rolled through three Valkey releases
+/// under the writer, 8.0 → 8.1 → 9.1 and back down to 8.1 (a 9.x master serves an 8.x replica's
+/// full sync), each roll lossless with one master and every pod on the new release; meanwhile a
+/// standalone with persistence on 9.1 asked for 8.1 keeps 9.1 (no 8.x loads the RDB 9 saves:
+/// `ReconcileBlocked/DowngradeUnsupported`, a Warning Event, its pod untouched) until the image
+/// is set back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_roll_8_0_to_8_1_to_9_1_and_down_to_8_1_and_a_persistent_9_keeps_its_image() {
+    let test = OperatorTest::start("roll-up").await.unwrap();
+    let kept = OperatorTest::start("roll-keep").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let name = "up";
+    let shape = Shape {
+        replicas: 3,
+        sentinel: true,
+        persistence: false,
+    };
+    apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
+    apply_yaml(
+        &client,
+        kept.ns(),
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: kept}\nspec: {replicas: 1, image: valkey/valkey:9.1, persistence: {enabled: true}}\n",
+    )
+    .await
+    .unwrap();
+    settled(&client, &ns, name, shape).await.unwrap();
+    let versions = versions_running(&client, &ns, name).await.unwrap();
+    assert!(versions.values().all(|v| v == "8.0.1"), "{versions:?}");
+
+    for (step, (image, release)) in [
+        ("valkey/valkey:8.1", "8.1.1"),
+        ("valkey/valkey:9.1", "9.1.2"),
+        ("valkey/valkey:8.1", "8.1.1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (result, _, _) = roll_once(
+            &client,
+            &ns,
+            name,
+            shape,
+            Change::Image(image),
+            &format!("up{step}"),
+        )
+        .await
+        .unwrap();
+        let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
+        println!(
+            "MEASURED roll-release {image} ({release}): roll_ms={} acked={} lost={} switchover_gaps_ms={gaps:?} longest_gap_ms={} max_terminating data={} sentinel={} masters_after={:?}",
+            ms(result.total),
+            result.log.acked.len(),
+            result.lost,
+            ms(result.log.longest_gap()),
+            result.concurrency.data,
+            result.concurrency.sentinel,
+            result.masters_after,
+        );
+        assert_eq!(result.lost, 0, "{image}: acknowledged writes lost");
+        assert_eq!(result.masters_after.len(), 1, "{:?}", result.masters_after);
+        assert!(result.concurrency.data <= 1, "{:?}", result.concurrency);
+        assert!(result.concurrency.sentinel <= 1, "{:?}", result.concurrency);
+        let versions = versions_running(&client, &ns, name).await.unwrap();
+        assert!(
+            versions.len() == 6 && versions.values().all(|v| v == release),
+            "after the roll to {image}: {versions:?}"
+        );
+    }
+    let warnings = valkey_warnings(&client, &ns).await.unwrap();
+    assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
+
+    // The persistent standalone: 9.1 → 8.1 is refused, its pod keeps running 9.1.2.
+    let kept_ns = kept.ns().to_owned();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &kept_ns);
+    wait_for_valkey(
+        &valkeys,
+        "kept",
+        "OK",
+        Duration::from_secs(120),
+        operator_support::ok_with(1),
+    )
+    .await
+    .unwrap();
+    let pods = Pods::list(&client, &kept_ns).await.unwrap();
+    let uid = pods
+        .by_name
+        .get("kept-0")
+        .and_then(|p| p.metadata.uid.clone());
+    valkeys
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:8.1"}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for_valkey(
+        &valkeys,
+        "kept",
+        "ReconcileBlocked=True/DowngradeUnsupported",
+        Duration::from_secs(60),
+        |v| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "DowngradeUnsupported"
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let (_, _, message) = condition(&refused, "ReconcileBlocked").unwrap_or_default();
+    println!("kept: ReconcileBlocked: {message}");
+    assert!(
+        message.contains("valkey/valkey:8.1") && message.contains("valkey/valkey:9.1"),
+        "{message}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &kept_ns);
+    let warned = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("DowngradeUnsupported")
+        });
+    assert!(warned, "a DowngradeUnsupported Warning Event");
+    // Given time to roll, nothing is: the pod, its image and its release stay.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let pods = Pods::list(&client, &kept_ns).await.unwrap();
+    let pod = pods.by_name.get("kept-0");
+    assert_eq!(
+        pod.and_then(|p| p.metadata.uid.clone()),
+        uid,
+        "kept-0 replaced"
+    );
+    let image = pod
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.containers.iter().find(|c| c.name == "valkey"))
+        .and_then(|c| c.image.clone());
+    assert_eq!(image.as_deref(), Some("valkey/valkey:9.1"));
+    let ip = pods.ip("kept-0").unwrap_or_default();
+    let server = info(&ip, "server").await.unwrap();
+    assert_eq!(info_field(&server, "valkey_version"), Some("9.1.2"));
+    // Set back: the block clears.
+    valkeys
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"image": "valkey/valkey:9.1"}})),
+        )
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        "kept",
+        "ReconcileBlocked cleared and OK",
+        Duration::from_secs(60),
+        |v| {
+            operator_support::ok_with(1)(v)
+                && condition(v, "ReconcileBlocked").is_none_or(|(status, _, _)| status == "False")
+        },
+    )
+    .await
+    .unwrap();
+    kept.cleanup().await.unwrap();
     test.cleanup().await.unwrap();
 }
 

@@ -23,6 +23,7 @@ use vko_api::consts::labels;
 use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, LeaseDecision, PodProbe, ordinal_of};
 use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_status::downgrade::RefusedDowngrade;
 use vko_status::recreation::{BLOCKED_RECHECK, NUDGE_INTERVAL};
 use vko_status::storage::{self, StorageConflict};
 use vko_status::{self as status, Blocked, PeerCount, SentinelPeers, Snapshot, StorageCheck};
@@ -446,6 +447,9 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         .await;
     let mut observed = observe(&pass, &fetched)?;
     problems.append(&mut observed.secrets.problems);
+    if let Some(refused) = &observed.refused_downgrade {
+        problems.push(Error::DowngradeUnsupported(refused.clone()));
+    }
     let rendered = render(&pass, &observed);
     let applied = apply(
         &pass,
@@ -510,6 +514,9 @@ struct Observed {
     sentinel_pods: Vec<Arc<Pod>>,
     /// `status.masterPod` as an ordinal below `spec.replicas`.
     recorded: Option<u32>,
+    /// A `spec.image` whose Valkey cannot load what the running one saved: the image the
+    /// cluster runs is rendered instead, and the pass reports it.
+    refused_downgrade: Option<RefusedDowngrade>,
 }
 
 fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Error> {
@@ -536,12 +543,57 @@ fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Erro
         .and_then(|status| status.master_pod.as_deref())
         .and_then(|pod| ordinal_of(name, pod))
         .filter(|ordinal| *ordinal < pass.valkey.spec.replicas_u32());
+    let refused_downgrade = refused_downgrade(pass, &data_pods);
     Ok(Observed {
         secrets,
         data_pods,
         sentinel_pods,
         recorded,
+        refused_downgrade,
     })
+}
+
+/// The image of the `valkey` container of a pod spec.
+fn valkey_image(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Option<&str> {
+    spec?
+        .containers
+        .iter()
+        .find(|container| container.name == vko_render::VALKEY_CONTAINER)?
+        .image
+        .as_deref()
+}
+
+/// Step 1 helper: what the data tier runs (its live StatefulSet's image and every data pod's)
+/// against `spec.image` (`vko_status::downgrade`).
+fn refused_downgrade(
+    pass: &Pass<'_>,
+    data_pods: &BTreeMap<u32, Arc<Pod>>,
+) -> Option<RefusedDowngrade> {
+    let Target {
+        namespace,
+        uid,
+        names,
+        ..
+    } = &pass.target;
+    let live = pass
+        .ctx
+        .stores
+        .statefulset(namespace, &names.data_statefulset())
+        .filter(|sts| is_controlled_by(sts.as_ref(), uid));
+    let live_spec = live.as_deref().and_then(|sts| sts.spec.as_ref());
+    let persistent = pass.valkey.spec.persistence_enabled()
+        || live_spec
+            .and_then(|spec| spec.volume_claim_templates.as_ref())
+            .is_some_and(|claims| !claims.is_empty());
+    let running = live_spec
+        .and_then(|spec| valkey_image(spec.template.spec.as_ref()))
+        .into_iter()
+        .chain(
+            data_pods
+                .values()
+                .filter_map(|pod| valkey_image(pod.spec.as_ref())),
+        );
+    vko_status::downgrade::refused_downgrade(&pass.valkey.spec.image, running, persistent)
 }
 
 /// Step 2, render: every desired object, from the spec and what was observed.
@@ -563,7 +615,16 @@ fn render(
     inputs.prometheus_operator_present = config.prometheus_operator_present;
     inputs.recorded_master = observed.recorded;
     inputs.live_pod_ordinals = observed.data_pods.keys().copied().collect();
-    vko_render::render(pass.valkey, &inputs)
+    match &observed.refused_downgrade {
+        // Rendered with the image the cluster runs: the pod templates (and their hash) stay as
+        // they are for the image, every other change still applies.
+        Some(refused) => {
+            let mut held = pass.valkey.clone();
+            held.spec.image = refused.running_image.clone();
+            vko_render::render(&held, &inputs)
+        }
+        None => vko_render::render(pass.valkey, &inputs),
+    }
 }
 
 /// What the apply step found that the status reports.

@@ -77,6 +77,15 @@ pub enum Error {
     #[error("StatefulSet {name}: {difference}")]
     StorageRecreateRequired { name: String, difference: String },
 
+    /// `spec.image` names a Valkey that cannot load the files the running one saved on the
+    /// persistent volumes: the cluster keeps running its image.
+    #[error(
+        "spec.image {} is Valkey {}.{}, which cannot load the RDB files Valkey {}.{} saves (format {}; a pod restarted with it would stop at start), and the data is on persistent volumes: the pods keep {}. Set spec.image back to a Valkey {}.x image; to move the data to an older Valkey, replicate it into a cluster without persistence",
+        .0.target_image, .0.target.major, .0.target.minor, .0.running.major, .0.running.minor,
+        .0.running.rdb_format(), .0.running_image, .0.running.major
+    )]
+    DowngradeUnsupported(vko_status::downgrade::RefusedDowngrade),
+
     /// Writing `status` failed.
     #[error("writing the status failed: {0}")]
     StatusWrite(#[source] kube::Error),
@@ -135,6 +144,7 @@ impl Error {
             Error::PasswordUnusable { .. } => ConditionReason::PasswordUnusable,
             Error::TlsCertificateUnusable { .. } => ConditionReason::TLSCertificateUnusable,
             Error::StorageRecreateRequired { .. } => ConditionReason::RecreateRequired,
+            Error::DowngradeUnsupported(_) => ConditionReason::DowngradeUnsupported,
             Error::StatusWrite(_) => ConditionReason::StatusWriteFailed,
             Error::EventPublish(_) => ConditionReason::EventPublishFailed,
             Error::DataPlane { .. } => ConditionReason::DataPlaneCommandFailed,
@@ -151,6 +161,7 @@ impl Error {
         match self.reason() {
             ConditionReason::ForeignObject => 0,
             ConditionReason::RecreateRequired
+            | ConditionReason::DowngradeUnsupported
             | ConditionReason::SecretMissing
             | ConditionReason::PasswordUnusable
             | ConditionReason::TLSCertificateUnusable => 1,

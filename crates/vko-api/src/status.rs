@@ -400,6 +400,9 @@ string_enum! {
         ForeignObject => "ForeignObject",
         /// ReconcileBlocked / StorageSpecNotApplied=True: the StatefulSet must be recreated.
         RecreateRequired => "RecreateRequired",
+        /// ReconcileBlocked=True: `spec.image` names a Valkey that cannot load the files the
+        /// running one saved on the persistent volumes (9.x to 8.x); the running image is kept.
+        DowngradeUnsupported => "DowngradeUnsupported",
         /// ReconcileBlocked=False.
         ReconcileSucceeded => "ReconcileSucceeded",
         /// StorageSpecNotApplied=True: only size/class/access modes differ.

@@ -192,6 +192,9 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     sidecar_binary_container(ctx, "init", args, env, mounts, resources)
 }
 
+/// The data pod's server container (`spec.image`).
+pub const VALKEY_CONTAINER: &str = "valkey";
+
 fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     let ports = ctx.ports;
     let probe_args = cli_args(ports.valkey, tls);
@@ -201,7 +204,7 @@ fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     ];
     mounts.extend(tls_mount(tls));
     Container {
-        name: "valkey".to_owned(),
+        name: VALKEY_CONTAINER.to_owned(),
         image: Some(ctx.spec.image.clone()),
         command: Some(vec!["valkey-server".to_owned()]),
         args: Some(vec![paths::ACTIVE_CONFIG_FILE.to_owned()]),

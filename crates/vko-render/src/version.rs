@@ -23,6 +23,11 @@ impl ValkeyVersion {
     /// The version a tag names: `8`, `8.0`, `8.0.1`, `8.0.1-alpine`, `v9.0.0`. Anything else
     /// (including an empty tag of a digest-only reference) is [`ValkeyVersion::FALLBACK`].
     pub fn from_tag(tag: &str) -> ValkeyVersion {
+        ValkeyVersion::named_by_tag(tag).unwrap_or(ValkeyVersion::FALLBACK)
+    }
+
+    /// The version a tag names, `None` when it names none (`latest`, a digest, `unstable`).
+    pub fn named_by_tag(tag: &str) -> Option<ValkeyVersion> {
         let tag = tag.strip_prefix('v').unwrap_or(tag);
         let numeric: &str = tag.split(['-', '_']).next().unwrap_or("");
         let mut parts = numeric.split('.');
@@ -33,14 +38,31 @@ impl ValkeyVersion {
         };
         match (major, minor) {
             // Valkey started at 7.2; a smaller number is not a Valkey tag we know.
-            (Some(major), Some(minor)) if major >= 7 => ValkeyVersion { major, minor },
-            _ => ValkeyVersion::FALLBACK,
+            (Some(major), Some(minor)) if major >= 7 => Some(ValkeyVersion { major, minor }),
+            _ => None,
         }
     }
 
     /// The version an image reference names (see `vko_api::image_version`).
     pub fn from_image(image: &str) -> ValkeyVersion {
         ValkeyVersion::from_tag(vko_api::image_version(image))
+    }
+
+    /// The version an image reference names, `None` when its tag names none.
+    pub fn named_by_image(image: &str) -> Option<ValkeyVersion> {
+        ValkeyVersion::named_by_tag(vko_api::image_version(image))
+    }
+
+    /// The RDB format this release writes, and the newest it loads. Valkey 9.0 moved to 80;
+    /// every 8.x refuses it at start ("Can't handle RDB format version 80", measured: 8.1.1 on a
+    /// dump 9.1.2 saved, while 8.0.1 loads what 8.1.1 saves, format 11).
+    pub const fn rdb_format(self) -> u32 {
+        if self.major >= 9 { 80 } else { 11 }
+    }
+
+    /// Whether this release starts from the files `writer` saved (RDB; the AOF base is one too).
+    pub const fn loads_files_of(self, writer: ValkeyVersion) -> bool {
+        writer.rdb_format() <= self.rdb_format()
     }
 
     /// Whether this version accepts the directives of `feature`.
@@ -102,6 +124,38 @@ mod tests {
             ValkeyVersion::FALLBACK
         );
         assert_eq!(ValkeyVersion::from_image("valkey/valkey:7.2"), v(7, 2));
+    }
+
+    #[test]
+    fn only_a_tag_with_a_version_names_one() {
+        assert_eq!(ValkeyVersion::named_by_tag("9.1.2"), Some(v(9, 1)));
+        assert_eq!(ValkeyVersion::named_by_tag("latest"), None);
+        assert_eq!(
+            ValkeyVersion::named_by_image("valkey/valkey@sha256:0123"),
+            None
+        );
+        assert_eq!(
+            ValkeyVersion::named_by_image("registry:5000/valkey/valkey:8.1"),
+            Some(v(8, 1))
+        );
+    }
+
+    #[test]
+    fn no_8_x_loads_what_9_saves() {
+        for (reader, writer, loads) in [
+            (v(8, 0), v(8, 1), true),
+            (v(8, 1), v(8, 0), true),
+            (v(9, 1), v(8, 1), true),
+            (v(8, 1), v(9, 0), false),
+            (v(7, 2), v(9, 1), false),
+            (v(9, 0), v(9, 1), true),
+        ] {
+            assert_eq!(
+                reader.loads_files_of(writer),
+                loads,
+                "{reader:?} <- {writer:?}"
+            );
+        }
     }
 
     #[test]

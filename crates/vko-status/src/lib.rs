@@ -6,6 +6,7 @@
 //! [`storage`] compares the live data StatefulSet's claims with the rendered ones.
 
 pub mod advisory;
+pub mod downgrade;
 pub mod pods;
 pub mod recreation;
 pub mod storage;
