@@ -115,9 +115,11 @@ pub struct FenceState {
     gate: tokio::sync::Mutex<Gate>,
     /// `Some` while fenced; read by the keeper for the label and the annotation.
     mark: Mutex<Option<FenceMark>>,
-    /// Without Sentinel: this pod holds the master Lease, renewed within F (ADR 0022); the
-    /// keeper labels a master `master` only while it does.
-    lease_held: std::sync::atomic::AtomicBool,
+    /// Without Sentinel: until when this pod holds the master Lease (its last renewal's start
+    /// plus F, ADR 0022); the keeper labels a master `master` only before then. A deadline, not
+    /// a flag: a server stopped for longer than F renews nothing and the fencer's rounds end
+    /// early, so a flag would still say "held" when it answers again, before the next round.
+    lease_held_until: Mutex<Option<Instant>>,
 }
 
 impl FenceState {
@@ -131,12 +133,14 @@ impl FenceState {
 
     /// Whether this pod holds the master Lease, renewed within F, and is not fenced.
     pub fn holds_lease(&self) -> bool {
-        self.lease_held.load(std::sync::atomic::Ordering::SeqCst) && !self.is_fenced()
+        let until = self.lease_held_until.lock().ok().and_then(|until| *until);
+        until.is_some_and(|until| Instant::now() < until) && !self.is_fenced()
     }
 
-    fn set_lease_held(&self, held: bool) {
-        self.lease_held
-            .store(held, std::sync::atomic::Ordering::SeqCst);
+    fn set_lease_held_until(&self, until: Option<Instant>) {
+        if let Ok(mut held) = self.lease_held_until.lock() {
+            *held = until;
+        }
     }
 
     fn set_mark(&self, mark: Option<FenceMark>) {
@@ -375,7 +379,11 @@ impl Fencer {
         }
         let held = matches!(self.lease_seen, LeaseSeen::Mine { .. })
             && matches!(action, FenceAction::Keep | FenceAction::Unfence(_));
-        self.state.set_lease_held(held);
+        let held_until = self
+            .last_proven
+            .filter(|_| held)
+            .map(|at| self.clock + at + self.settings.fence_after);
+        self.state.set_lease_held_until(held_until);
         if let LeaseSeen::Other(holder) = &self.lease_seen
             && is_master
             && self.state.is_fenced()

@@ -180,3 +180,64 @@ async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
     );
     fencer.abort();
 }
+
+/// The keeper labels a master `master` only while it holds the Lease renewed within F. A server
+/// stopped longer than F renews nothing (the fencer's rounds end at its unanswered ROLE), so on
+/// SIGCONT the pod must not count as holding it before a round renewed it again — the keeper's
+/// first tick after the resume would otherwise label it master next to the pod the operator
+/// promoted meanwhile (seen once on the testbed: two master labels after a 60 s pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_master_stops_holding_its_lease_within_f() {
+    let master = Server::start(&RoleLine::Master);
+    let mut node = node_for(&master, &[], &[], Arc::new(FakePods::default()));
+    std::fs::write(
+        &node.topology.replica_config,
+        "replicaof vko-hold.invalid 6379\n",
+    )
+    .unwrap();
+    let lease = Arc::new(FakeLease::default());
+    lease.0.lock().unwrap().holder = Some(node.my_pod.clone());
+    node.lease = Some(lease.clone());
+    let state = Arc::new(FenceState::default());
+    let settings = FenceSettings::default();
+    let f = settings.fence_after;
+    let fencer = tokio::spawn(lease_fence_loop(
+        Arc::new(node),
+        state.clone(),
+        settings,
+        lease.clone(),
+    ));
+    eventually("the holder renews", Duration::from_secs(5), || async {
+        state.holds_lease().then_some(())
+    })
+    .await;
+
+    master.proc.signal("STOP");
+    let stopped = Instant::now();
+    let released_after = eventually(
+        "the stopped master no longer counts as holding the Lease",
+        f + Duration::from_secs(2),
+        || async { (!state.holds_lease()).then(|| stopped.elapsed()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!state.holds_lease(), "held again while stopped");
+    master.proc.signal("CONT");
+    println!(
+        "MEASURED lease hold: released {} ms after the server stopped (F {} ms)",
+        released_after.as_millis(),
+        f.as_millis()
+    );
+    assert!(
+        released_after <= f,
+        "released {released_after:?} after the stop, F {f:?}"
+    );
+    // Answering again and still the holder: it renews and holds it again.
+    eventually(
+        "held again after the resume",
+        Duration::from_secs(5),
+        || async { state.holds_lease().then_some(()) },
+    )
+    .await;
+    fencer.abort();
+}
