@@ -748,17 +748,10 @@ async fn releases_roll_8_0_to_8_1_to_9_1_and_down_to_8_1_and_a_persistent_9_keep
         message.contains("valkey/valkey:8.1") && message.contains("valkey/valkey:9.1"),
         "{message}"
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), &kept_ns);
-    let warned = events
-        .list(&ListParams::default())
+    let warned = operator_support::events_about(&client, &kept_ns, "kept", "Warning")
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .any(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("DowngradeUnsupported")
-        });
+        .any(|e| e.reason.as_deref() == Some("DowngradeUnsupported"));
     assert!(warned, "a DowngradeUnsupported Warning Event");
     // Given time to roll, nothing is: the pod, its image and its release stay.
     tokio::time::sleep(Duration::from_secs(10)).await;

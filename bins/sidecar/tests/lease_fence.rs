@@ -87,11 +87,11 @@ async fn acknowledged(server: &Server, key: &str) -> bool {
     ok
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
+/// A master of a cluster above one replica (its replica config exists) whose pod holds the
+/// fake master Lease.
+fn lease_holding_master() -> (Server, vko_sidecar::node::Node, Arc<FakeLease>) {
     let master = Server::start(&RoleLine::Master);
     let mut node = node_for(&master, &[], &[], Arc::new(FakePods::default()));
-    // Not standalone: the replica config of a cluster above one replica exists.
     std::fs::write(
         &node.topology.replica_config,
         "replicaof vko-hold.invalid 6379\n",
@@ -100,6 +100,12 @@ async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
     let lease = Arc::new(FakeLease::default());
     lease.0.lock().unwrap().holder = Some(node.my_pod.clone());
     node.lease = Some(lease.clone());
+    (master, node, lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
+    let (master, node, lease) = lease_holding_master();
     let node = Arc::new(node);
     let state = Arc::new(FenceState::default());
     let settings = FenceSettings::default();
@@ -188,16 +194,7 @@ async fn a_master_that_cannot_renew_its_lease_stops_acknowledging_within_f() {
 /// promoted meanwhile (seen once on the testbed: two master labels after a 60 s pause).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_master_stops_holding_its_lease_within_f() {
-    let master = Server::start(&RoleLine::Master);
-    let mut node = node_for(&master, &[], &[], Arc::new(FakePods::default()));
-    std::fs::write(
-        &node.topology.replica_config,
-        "replicaof vko-hold.invalid 6379\n",
-    )
-    .unwrap();
-    let lease = Arc::new(FakeLease::default());
-    lease.0.lock().unwrap().holder = Some(node.my_pod.clone());
-    node.lease = Some(lease.clone());
+    let (master, node, lease) = lease_holding_master();
     let state = Arc::new(FenceState::default());
     let settings = FenceSettings::default();
     let f = settings.fence_after;
