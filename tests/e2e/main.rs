@@ -36,6 +36,7 @@ mod operator_pod_admission;
 mod operator_replicas;
 mod operator_roll;
 mod operator_roll_stalls;
+mod operator_scaling;
 mod operator_services;
 mod operator_standalone;
 mod operator_steady_state;

@@ -43,6 +43,11 @@ use crate::roll;
 use crate::secrets;
 use crate::stores::{self, ManagedKind, Stores};
 
+/// How soon a pass looks again while a Sentinel still has something to forget: a reset Sentinel
+/// rediscovers its peers within ~2 s (hello messages) and its replicas within ~10 s (the
+/// master's INFO), and the next one is reset only then.
+const SENTINEL_RESET_RECHECK: Duration = Duration::from_secs(3);
+
 /// Version written to `status.operatorVersion` and every object's annotation.
 pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -512,11 +517,14 @@ struct Observed {
     secrets: SecretView,
     data_pods: BTreeMap<u32, Arc<Pod>>,
     sentinel_pods: Vec<Arc<Pod>>,
-    /// `status.masterPod` as an ordinal below `spec.replicas`.
+    /// `status.masterPod` as an ordinal below the data StatefulSet's count this pass.
     recorded: Option<u32>,
     /// A `spec.image` whose Valkey cannot load what the running one saved: the image the
     /// cluster runs is rendered instead, and the pass reports it.
     refused_downgrade: Option<RefusedDowngrade>,
+    /// The data StatefulSet's count this pass: `spec.replicas`, or more while a scale-down waits
+    /// for the master to leave the removed ordinals (ADR 0024).
+    data_replicas: vko_roll::scale::DataReplicas,
 }
 
 fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Error> {
@@ -536,20 +544,43 @@ fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Erro
         .filter(|pod| component_of(pod) == Some(labels::COMPONENT_SENTINEL))
         .cloned()
         .collect();
-    let recorded = pass
+    let recorded_anywhere = pass
         .valkey
         .status
         .as_ref()
         .and_then(|status| status.master_pod.as_deref())
-        .and_then(|pod| ordinal_of(name, pod))
-        .filter(|ordinal| *ordinal < pass.valkey.spec.replicas_u32());
+        .and_then(|pod| ordinal_of(name, pod));
+    let live_replicas = stores
+        .statefulset(namespace, &pass.target.names.data_statefulset())
+        .filter(|sts| is_controlled_by(sts.as_ref(), &pass.target.uid))
+        .and_then(|sts| sts.spec.as_ref().and_then(|spec| spec.replicas))
+        .map(|replicas| replicas.max(0).unsigned_abs());
+    let labelled_master: Vec<u32> = data_pods
+        .iter()
+        .filter(|(_, pod)| pod.metadata.deletion_timestamp.is_none())
+        .filter(|(_, pod)| {
+            pod.labels().get(labels::INSTANCE_ROLE).map(String::as_str) == Some(labels::ROLE_MASTER)
+        })
+        .map(|(ordinal, _)| *ordinal)
+        .collect();
+    let data_replicas = vko_roll::scale::data_replicas(
+        pass.valkey.spec.replicas_u32(),
+        live_replicas,
+        recorded_anywhere,
+        &labelled_master,
+    );
+    if let Some(hold) = data_replicas.hold {
+        tracing::info!(%namespace, %name, ?hold, keep = data_replicas.apply, "scale-down held until the master serves from an ordinal that stays");
+    }
     let refused_downgrade = refused_downgrade(pass, &data_pods);
+    let recorded = recorded_anywhere.filter(|ordinal| *ordinal < data_replicas.apply);
     Ok(Observed {
         secrets,
         data_pods,
         sentinel_pods,
         recorded,
         refused_downgrade,
+        data_replicas,
     })
 }
 
@@ -615,6 +646,9 @@ fn render(
     inputs.prometheus_operator_present = config.prometheus_operator_present;
     inputs.recorded_master = observed.recorded;
     inputs.live_pod_ordinals = observed.data_pods.keys().copied().collect();
+    let held_replicas = observed.data_replicas.apply;
+    inputs.data_replicas =
+        (held_replicas != pass.valkey.spec.replicas_u32()).then_some(held_replicas);
     match &observed.refused_downgrade {
         // Rendered with the image the cluster runs: the pod templates (and their hash) stay as
         // they are for the image, every other change still applies.
@@ -760,7 +794,8 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
         uid,
         names,
     } = &pass.target;
-    let replicas = spec.replicas_u32();
+    // Every pod of the StatefulSet as applied is a member (a held scale-down keeps its master).
+    let replicas = observed.data_replicas.apply.max(spec.replicas_u32());
     let ports = PortPlan::of(spec);
     let secrets = &observed.secrets;
     let dialer = Dialer {
@@ -790,7 +825,7 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
     let ready_count = observed
         .data_pods
         .iter()
-        .filter(|(ordinal, pod)| **ordinal < replicas && dataplane::pod_is_ready(pod))
+        .filter(|(ordinal, pod)| **ordinal < spec.replicas_u32() && dataplane::pod_is_ready(pod))
         .count();
     let (valkey_port, sentinel_port) = (ports.valkey_dial_port(), ports.sentinel_dial_port());
     let answers = if statefulset_exists {
@@ -848,6 +883,8 @@ struct Authority {
 struct Acted {
     authority: Authority,
     roll: Option<roll::RollStep>,
+    /// A Sentinel still remembers what a scale-down removed (reset one at a time, ADR 0024).
+    sentinels_to_forget: bool,
 }
 
 async fn act(
@@ -910,7 +947,80 @@ async fn act(
             publish(pass.ctx, pass.valkey, event).await;
         }
     }
-    Acted { authority, roll }
+    // A Sentinel roll waits for stale peers to be reset before it replaces a Sentinel (ADR 0024).
+    let roll_idle = roll.as_ref().is_none_or(|step| {
+        matches!(
+            step.decision.action,
+            vko_roll::Action::Idle
+                | vko_roll::Action::Wait {
+                    reason: vko_roll::WaitReason::SentinelQuorum,
+                    ..
+                }
+        )
+    });
+    let sentinels_to_forget =
+        spec.sentinel_enabled() && plane.statefulset_exists && roll_idle && !authority.acted && {
+            reset_one_sentinel(pass, observed, plane, problems).await
+        };
+    Acted {
+        authority,
+        roll,
+        sentinels_to_forget,
+    }
+}
+
+/// With Sentinel, on a calm cluster with no roll in flight: `SENTINEL RESET` on at most one
+/// Sentinel that remembers peers or replicas a scale-down removed (ADR 0024). Returns whether
+/// anything is left to forget (the pass then requeues soon).
+async fn reset_one_sentinel(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+    problems: &mut Vec<Error>,
+) -> bool {
+    let spec = &pass.valkey.spec;
+    let names = &pass.target.names;
+    let plan = crate::scale::sentinel_to_reset(
+        names,
+        spec.sentinel_replicas_u32(),
+        spec.replicas_u32(),
+        &plane.answers.sentinels,
+        &observed.sentinel_pods,
+        &observed.data_pods,
+    );
+    let reset = match plan {
+        vko_roll::scale::ResetPlan::Nothing => return false,
+        vko_roll::scale::ResetPlan::Pending(why) => {
+            tracing::debug!(namespace = %pass.target.namespace, name = %pass.target.name, why, "a SENTINEL RESET is due, not now");
+            return true;
+        }
+        vko_roll::scale::ResetPlan::Reset(reset) => reset,
+    };
+    let note = crate::scale::describe(names, &reset);
+    match crate::scale::reset(
+        &plane.dialer,
+        names,
+        plane.sentinel_port,
+        &reset,
+        &pass.ctx.leadership,
+    )
+    .await
+    {
+        Ok(()) => {
+            tracing::info!(namespace = %pass.target.namespace, name = %pass.target.name, "{note}");
+            let event = status::EventSpec {
+                type_: status::EventType::Normal,
+                reason: "SentinelReset".into(),
+                note,
+            };
+            publish(pass.ctx, pass.valkey, event).await;
+        }
+        Err(error) => {
+            tracing::warn!(namespace = %pass.target.namespace, name = %pass.target.name, %error, "SENTINEL RESET failed");
+            problems.push(error);
+        }
+    }
+    true
 }
 
 /// With Sentinel: the master is what a majority of every Sentinel names (ADR 0014).
@@ -1429,6 +1539,8 @@ fn outcome(
     } else if let Some(recheck) = acted.authority.recheck {
         // Waiting for the master Lease to expire or settle: look again right then.
         recheck.clamp(Duration::from_millis(200), Duration::from_secs(5))
+    } else if acted.sentinels_to_forget {
+        SENTINEL_RESET_RECHECK
     } else if verdict.ready {
         Duration::from_secs(60)
     } else {

@@ -305,6 +305,9 @@ pub struct SentinelAnswer {
     pub replicas: Vec<String>,
     /// `num-other-sentinels`: every peer this Sentinel has ever seen and not been reset to forget.
     pub other_sentinels: u32,
+    /// Every replica it lists, down or not (a scale-down's removed pods stay listed until
+    /// `SENTINEL RESET`; `vko_roll::scale::sentinel_to_reset`).
+    pub listed_replicas: Vec<String>,
 }
 
 impl SentinelAnswer {
@@ -339,17 +342,20 @@ async fn ask_sentinel(dialer: &Dialer, name: &str, at: &Address) -> Option<Senti
     let replicas = client.replicas(name).await;
     client.close().await;
     match master {
-        Ok(master) => Some(SentinelAnswer {
-            master_down: master.flags.is_down(),
-            other_sentinels: master.num_other_sentinels,
-            master: master.host,
-            replicas: replicas
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|r| !r.flags.is_down())
-                .map(|r| r.host)
-                .collect(),
-        }),
+        Ok(master) => {
+            let replicas = replicas.unwrap_or_default();
+            Some(SentinelAnswer {
+                master_down: master.flags.is_down(),
+                other_sentinels: master.num_other_sentinels,
+                master: master.host,
+                listed_replicas: replicas.iter().map(|r| r.host.clone()).collect(),
+                replicas: replicas
+                    .into_iter()
+                    .filter(|r| !r.flags.is_down())
+                    .map(|r| r.host)
+                    .collect(),
+            })
+        }
         Err(error) => {
             tracing::debug!(sentinel = %at, %error, "SENTINEL MASTER failed");
             None
@@ -501,6 +507,7 @@ mod tests {
                 "a-2.a-headless.ns.svc.cluster.local".into(),
             ],
             other_sentinels: 2,
+            ..SentinelAnswer::default()
         };
         assert_eq!(
             answer.report("a"),
@@ -655,6 +662,7 @@ mod tests {
             master_down: true,
             replicas: vec!["a-0.a-headless.ns.svc.cluster.local".into()],
             other_sentinels: 2,
+            ..SentinelAnswer::default()
         };
         assert_eq!(
             answer.report("a"),

@@ -18,5 +18,6 @@ pub mod nudge;
 pub mod own_writes;
 pub mod readiness;
 pub mod roll;
+pub mod scale;
 pub mod secrets;
 pub mod stores;

@@ -188,6 +188,12 @@ pub fn wanted(inputs: &RollInputs<'_>) -> bool {
     if standing {
         return true;
     }
+    // A scale-down in progress: pods above spec.replicas still exist, one may be the master
+    // (switched over first, ADR 0024).
+    let replicas = inputs.valkey.spec.replicas_u32();
+    if inputs.data_pods.keys().any(|ordinal| *ordinal >= replicas) {
+        return true;
+    }
     let data_target = template_hash_of_statefulset(
         inputs
             .stores
@@ -248,7 +254,13 @@ impl Dial for FencedDial<'_> {
 
 /// The machine's [`SentinelView`]: the master authority's verdict over every Sentinel of the
 /// tier (ADR 0014), counted in `u32`.
-fn sentinel_view(electorate: Electorate, answers: &[Option<SentinelReport>]) -> SentinelView {
+/// `sentinels` is `spec.sentinel.replicas`: an answer that knows more Sentinels than that
+/// remembers removed peers (`stale_peers`).
+fn sentinel_view(
+    electorate: Electorate,
+    sentinels: usize,
+    answers: &[Option<SentinelReport>],
+) -> SentinelView {
     let verdict = vko_authority::sentinel_view(electorate, answers);
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     SentinelView {
@@ -256,6 +268,10 @@ fn sentinel_view(electorate: Electorate, answers: &[Option<SentinelReport>]) -> 
         master: verdict.master,
         agreeing: count(verdict.agreeing),
         known_replicas: verdict.known_replicas,
+        stale_peers: answers
+            .iter()
+            .flatten()
+            .any(|report| report.known_sentinels > sentinels),
     }
 }
 
@@ -331,6 +347,7 @@ pub fn world(inputs: &RollInputs<'_>) -> Option<World> {
                 .collect(),
             view: sentinel_view(
                 Electorate::new(spec.sentinel_replicas_u32() as usize, pods.len()),
+                spec.sentinel_replicas_u32() as usize,
                 &answers,
             ),
         })
@@ -647,16 +664,16 @@ mod tests {
             })
         };
         let three = Electorate::new(3, 3);
-        let view = sentinel_view(three, &[report(1, vec![0, 2]), report(1, vec![2]), None]);
+        let view = sentinel_view(three, 3, &[report(1, vec![0, 2]), report(1, vec![2]), None]);
         assert_eq!(view.answered, 2);
         assert_eq!(view.master, Some(1));
         assert_eq!(view.agreeing, 2);
         assert_eq!(view.known_replicas, vec![2]);
-        let split = sentinel_view(three, &[report(1, vec![]), report(0, vec![])]);
+        let split = sentinel_view(three, 3, &[report(1, vec![]), report(0, vec![])]);
         assert_eq!(split.master, None);
         assert_eq!(split.agreeing, 0);
         // 1 of 3 answering is a minority: no master (the old rule counted only the answers).
-        let one = sentinel_view(three, &[report(1, vec![0, 2]), None, None]);
+        let one = sentinel_view(three, 3, &[report(1, vec![0, 2]), None, None]);
         assert_eq!(one.answered, 1);
         assert_eq!(one.master, None);
         assert_eq!(one.agreeing, 0);

@@ -97,7 +97,9 @@ pub fn statefulset(
     let tier = Tier {
         component: Component::Valkey,
         statefulset_name: names.data_statefulset(),
-        replicas: spec.replicas(),
+        replicas: ctx.inputs.data_replicas.map_or(spec.replicas(), |held| {
+            i32::try_from(held).unwrap_or(i32::MAX)
+        }),
         headless_service: names.headless_service(),
         metadata,
         // Only the sidecar gets a token (projected in `volumes`).

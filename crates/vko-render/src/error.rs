@@ -49,11 +49,11 @@ pub enum RenderError {
         min: i64,
     },
     /// The recorded master is not one of the data pods the spec asks for.
-    #[error("the recorded master ordinal {ordinal} is not below spec.replicas {replicas}")]
+    #[error("the recorded master ordinal {ordinal} is not below the data replicas {replicas}")]
     RecordedMasterOutOfRange {
         /// The recorded ordinal.
         ordinal: u32,
-        /// `spec.replicas`.
+        /// The data StatefulSet's replicas (`spec.replicas`, or a held scale-down's count).
         replicas: i32,
     },
     /// An input given by the embedding program (not by the user) is unusable.

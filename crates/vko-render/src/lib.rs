@@ -114,6 +114,10 @@ pub struct RenderInputs {
     /// Ordinals of data pods that exist right now. The sidecar Role also covers them, so a pod
     /// that is being scaled away can still label itself while it hands over.
     pub live_pod_ordinals: BTreeSet<u32>,
+    /// The data StatefulSet's `replicas` when it differs from `spec.replicas`: a scale-down
+    /// held while the master serves from an ordinal it would remove (`vko_roll::scale`, ADR
+    /// 0024). `None` renders `spec.replicas`.
+    pub data_replicas: Option<u32>,
     /// Where the operator pod runs, for the NetworkPolicy rules that admit it. `None` renders
     /// no rule for it (an operator in the same namespace is admitted anyway).
     pub operator_peer: Option<OperatorPeer>,
@@ -148,6 +152,7 @@ impl RenderInputs {
             cert_manager_present: false,
             recorded_master: None,
             live_pod_ordinals: BTreeSet::new(),
+            data_replicas: None,
             operator_peer: None,
         }
     }
@@ -404,12 +409,15 @@ fn context<'a>(valkey: &'a Valkey, inputs: &'a RenderInputs) -> Result<Ctx<'a>, 
             min: 1,
         });
     }
+    let data_replicas = inputs
+        .data_replicas
+        .map_or(i64::from(spec.replicas()), i64::from);
     if let Some(ordinal) = inputs.recorded_master
-        && i64::from(ordinal) >= i64::from(spec.replicas())
+        && i64::from(ordinal) >= data_replicas
     {
         return Err(RenderError::RecordedMasterOutOfRange {
             ordinal,
-            replicas: spec.replicas(),
+            replicas: i32::try_from(data_replicas).unwrap_or(i32::MAX),
         });
     }
     for (field, value) in [

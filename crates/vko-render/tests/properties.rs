@@ -450,3 +450,30 @@ fn scaling_does_not_change_the_pod_template_and_a_recorded_master_does_not_chang
             .any(|t| t.contains("replicaof s-2.s-headless.demo.svc.cluster.local 6379"))
     );
 }
+
+#[test]
+fn a_held_scale_down_renders_the_held_count_and_accepts_a_master_on_a_removed_ordinal() {
+    let value = json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+        "metadata": {"name": "s"},
+        "spec": {"replicas": 2, "image": "valkey/valkey:8.0"}});
+    let valkey = valkey(&value);
+    let mut inputs = inputs(&valkey);
+    inputs.recorded_master = Some(4);
+    let refused = render(&valkey, &inputs).expect_err("master 4 is not below 2");
+    assert_eq!(refused.reason().as_str(), "RecordedMasterOutOfRange");
+    inputs.data_replicas = Some(5);
+    let held = render(&valkey, &inputs).expect("renders");
+    let replicas = |rendered: &vko_render::Rendered| {
+        rendered.statefulsets[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+    };
+    assert_eq!(replicas(&held), Some(5));
+    inputs.recorded_master = Some(1);
+    inputs.data_replicas = None;
+    let shrunk = render(&valkey, &inputs).expect("renders");
+    assert_eq!(replicas(&shrunk), Some(2));
+    // The held count is not part of the pod template.
+    assert_eq!(held.hashes, shrunk.hashes);
+}

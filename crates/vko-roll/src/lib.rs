@@ -8,6 +8,7 @@
 
 mod decision;
 mod machine;
+pub mod scale;
 mod world;
 
 pub use decision::{

@@ -142,7 +142,10 @@ impl<'a> Pass<'a> {
                 format!("waiting for {} to become ready", pod.name),
             );
         }
-        if replicas <= 1 {
+        // A scale-down whose removed ordinals hold the master goes through the switchover below
+        // even to a single replica: the StatefulSet may only shrink once the master is in the
+        // tier that stays (ADR 0024).
+        if replicas <= 1 && !self.master_outside_tier() {
             return self.single_replica_pass();
         }
         let Some(master) = self.master() else {
@@ -184,7 +187,9 @@ impl<'a> Pass<'a> {
         if let Some(pod) = outdated.first() {
             return self.delete(Tier::Data, pod.ordinal, pod.name.clone());
         }
-        if master.pod.template_hash != world.data.target_hash {
+        if master.pod.template_hash != world.data.target_hash
+            || master.pod.ordinal >= world.data.replicas
+        {
             return self.switchover(&master);
         }
         // Done only once the Sentinels list every replica: one they do not know is neither a
@@ -410,8 +415,9 @@ impl<'a> Pass<'a> {
         ))
     }
 
-    /// The master runs an outdated template and every replica is current: hand it over to the
-    /// most caught-up updated replica.
+    /// The master runs an outdated template (or sits on an ordinal a scale-down removes) and
+    /// every replica is current: hand it over to the most caught-up updated replica of the tier
+    /// that stays.
     fn switchover(&mut self, master: &Master<'a>) -> Decision {
         let world = self.world;
         let sentinel = world.sentinel.as_ref();
@@ -657,6 +663,16 @@ impl<'a> Pass<'a> {
             } else {
                 ready >= tier.replicas
             };
+            if tier.view.stale_peers {
+                return self.wait_for(
+                    WaitReason::SentinelQuorum,
+                    Some(pod.name.clone()),
+                    format!(
+                        "waiting before replacing {}: Sentinels still know removed peers (reset one at a time first)",
+                        pod.name
+                    ),
+                );
+            }
             if !spare || tier.view.master.is_none() || tier.view.agreeing < quorum.min(ready) {
                 return self.wait_for(
                     WaitReason::SentinelQuorum,
@@ -864,6 +880,17 @@ impl<'a> Pass<'a> {
     fn data_outdated(&self) -> bool {
         self.tier_data_pods()
             .any(|pod| pod.template_hash != self.world.data.target_hash)
+            || self.master_outside_tier()
+    }
+
+    /// A scale-down is pending whose removed ordinals (at or above `replicas`) hold the pod that
+    /// answers master: it must be switched over into the tier that stays before the StatefulSet
+    /// may shrink (ADR 0024).
+    fn master_outside_tier(&self) -> bool {
+        let replicas = self.world.data.replicas;
+        self.world.data.pods.iter().any(|pod| {
+            pod.ordinal >= replicas && pod.terminating.is_none() && pod.server.is_master()
+        })
     }
 
     fn sentinel_outdated(&self) -> bool {

@@ -200,6 +200,10 @@ pub struct SentinelView {
     pub agreeing: u32,
     /// Data-pod ordinals the majority Sentinels list as replicas of that master.
     pub known_replicas: Vec<u32>,
+    /// A Sentinel that answered knows more peers than the tier has Sentinels: removed ones
+    /// (a scale-down) it has not been reset to forget. They count in every electorate (ADR
+    /// 0014), so a ready Sentinel is not replaced until the reset (ADR 0024) cleared them.
+    pub stale_peers: bool,
 }
 
 impl World {

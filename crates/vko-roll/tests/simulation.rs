@@ -777,6 +777,7 @@ impl Sim {
                         })
                         .map(|(o, _)| *o)
                         .collect(),
+                    stale_peers: false,
                 },
             }
         });

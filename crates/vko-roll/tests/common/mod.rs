@@ -98,6 +98,7 @@ pub fn make_master(world: &mut World, ordinal: u32, offset: u64, keys: u64) {
             master: Some(ordinal),
             agreeing: ready,
             known_replicas: others,
+            stale_peers: false,
         };
     }
 }
