@@ -1118,22 +1118,42 @@ async fn operator_authority(
         sightings.insert(key.clone(), sighting);
         view
     });
-    match vko_authority::decide_master_by_lease(name, view, &plane.probes) {
+    // Pods still on the Sentinel template (Sentinel just turned off) do not fence on the Lease.
+    let lease_blind: Vec<u32> = observed
+        .data_pods
+        .iter()
+        .filter(|(_, pod)| {
+            pod.spec
+                .as_ref()
+                .is_some_and(vko_render::sidecar_runs_with_sentinel)
+        })
+        .map(|(ordinal, _)| *ordinal)
+        .collect();
+    match vko_authority::decide_master_by_lease(name, view, &plane.probes, &lease_blind) {
         LeaseDecision::Grant(ordinal) => {
             let pod = names.data_pod(ordinal);
             let owner = pass.valkey.controller_owner_ref(&());
-            match master_lease::grant(
-                &ctx.client,
-                namespace,
-                &lease_name,
-                owner,
-                &pod,
-                &ctx.leadership,
-            )
-            .await
-            {
+            let granted = match &lease {
+                // A Lease that proves nothing about the only master (ADR 0032): rewritten.
+                Some(stale) => {
+                    master_lease::transfer(&ctx.client, namespace, stale, &pod, &ctx.leadership)
+                        .await
+                }
+                None => {
+                    master_lease::grant(
+                        &ctx.client,
+                        namespace,
+                        &lease_name,
+                        owner,
+                        &pod,
+                        &ctx.leadership,
+                    )
+                    .await
+                }
+            };
+            match granted {
                 Ok(()) => {
-                    tracing::info!(%namespace, %name, pod, "master Lease granted to the only pod that answers master");
+                    tracing::info!(%namespace, %name, pod, rewritten = lease.is_some(), "master Lease granted to the only pod that answers master");
                     Authority {
                         master: Some(ordinal),
                         acted: true,

@@ -647,7 +647,7 @@ mod tests {
             held_for: Duration::from_secs(60),
         };
         assert_eq!(
-            vko_authority::decide_master_by_lease("a", Some(fresh), &probes),
+            vko_authority::decide_master_by_lease("a", Some(fresh), &probes, &[]),
             vko_authority::LeaseDecision::Steady {
                 master: 0,
                 demote: vec![]

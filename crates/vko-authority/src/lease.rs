@@ -127,7 +127,8 @@ impl LeaseView {
 /// What the operator does without Sentinel, with the master Lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseDecision {
-    /// No Lease yet (a new cluster, or one created before the Lease existed): create it naming
+    /// No Lease yet (a new cluster, or one created before the Lease existed), or one that
+    /// proves nothing about the only master (its sidecar does not fence on it): write it naming
     /// the one pod that answers master.
     Grant(u32),
     /// The holder answers master. `demote`: other pods answering master (stale masters, fenced
@@ -181,10 +182,18 @@ fn others_answering(probes: &[PodProbe], candidate: u32) -> Vec<u32> {
 /// The operator's decision without Sentinel (more than one replica), from the Lease (`None`:
 /// it does not exist) and the probes. An unreachable master is never replaced while its Lease
 /// may still be renewed: only once it has been unchanged for D + margin.
+///
+/// `lease_blind`: the pods whose sidecar does not fence on the Lease (they still run the Sentinel
+/// template of a cluster whose Sentinel was just turned off). The Lease proves nothing about
+/// them: a Lease left from an earlier time without Sentinel can name a replica while one of them
+/// is the master every client writes to. A master among them that the Lease does not name is
+/// never demoted and no other pod is promoted past it; when it is the only master, the Lease is
+/// granted to it (rewritten), as for a cluster that has none.
 pub fn decide_master_by_lease(
     name: &str,
     lease: Option<LeaseView>,
     probes: &[PodProbe],
+    lease_blind: &[u32],
 ) -> LeaseDecision {
     let masters: Vec<u32> = probes
         .iter()
@@ -192,6 +201,23 @@ pub fn decide_master_by_lease(
         .map(|p| p.ordinal)
         .collect();
     let wait = |why: String, recheck: Option<Duration>| LeaseDecision::Wait { why, recheck };
+    let unfenced_master = masters
+        .iter()
+        .any(|m| lease_blind.contains(m) && lease.is_none_or(|l| l.holder != Some(*m)));
+    if unfenced_master && let Some(lease) = lease {
+        return match masters.as_slice() {
+            [only] => LeaseDecision::Grant(*only),
+            several => wait(
+                format!(
+                    "several pods answer master ({several:?}), one of them still on the Sentinel template, whose sidecar does not fence on the master Lease (it names {}); none is demoted or promoted",
+                    lease
+                        .holder
+                        .map_or("nobody".to_owned(), |h| format!("{name}-{h}"))
+                ),
+                None,
+            ),
+        };
+    }
     let Some(lease) = lease else {
         return match masters.as_slice() {
             [only] => LeaseDecision::Grant(*only),
@@ -448,10 +474,52 @@ mod tests {
                 "holder not one of the pods, expired"),
         ];
         for (lease, probes, want, why) in cases {
-            let got = decide_master_by_lease("a", lease, &probes);
+            let got = decide_master_by_lease("a", lease, &probes, &[]);
             match want {
                 Some(want) => assert_eq!(got, want, "{why}"),
                 None => assert!(waits(&got), "{why}: {got:?}"),
+            }
+        }
+    }
+
+    /// Sentinel turned off for a running cluster (testbed, 2026-12-03): the Lease left from before
+    /// Sentinel was turned on named scale-0, by then a replica; scale-2, the master Sentinel had
+    /// made, still ran the Sentinel template. Reading the Lease as proof promoted scale-0 next to
+    /// scale-2 and then demoted scale-2: 41 of 367,020 acknowledged writes lost.
+    #[test]
+    fn a_master_whose_sidecar_ignores_the_lease_is_granted_it_never_replaced() {
+        type Row = (
+            Option<LeaseView>,
+            Vec<PodProbe>,
+            &'static [u32],
+            Option<LeaseDecision>,
+            &'static str,
+        );
+        let after_sentinel = vec![replica(0, 100), replica(1, 100), master(2, 100)];
+        #[rustfmt::skip]
+        let cases: Vec<Row> = vec![
+            (lease(Some(0), 60_000, 60_000), after_sentinel.clone(), &[0, 1, 2],
+                Some(LeaseDecision::Grant(2)), "stale Lease on a replica: the live master gets it"),
+            (lease(Some(0), 60_000, 60_000), after_sentinel.clone(), &[2],
+                Some(LeaseDecision::Grant(2)), "replicas already rolled: the same"),
+            (lease(Some(0), 60_000, 60_000), after_sentinel.clone(), &[],
+                Some(promote(0, false, &[1, 2])), "every sidecar fences on it: the Lease decides"),
+            (lease(Some(0), 60_000, 60_000), vec![master(0, 100), replica(1, 100), master(2, 90)],
+                &[2], None, "the holder and an unfenced master: nobody demoted"),
+            (lease(Some(2), 60_000, 60_000), after_sentinel.clone(), &[0, 1, 2],
+                Some(steady(2, &[])), "the Lease names the unfenced master: steady"),
+            (None, after_sentinel.clone(), &[0, 1, 2], Some(LeaseDecision::Grant(2)),
+                "no Lease: granted as before"),
+            (lease(Some(0), 60_000, 60_000), vec![replica(0, 100), master(1, 100), master(2, 100)],
+                &[1, 2], None, "two unfenced masters: no guess"),
+            (lease(Some(0), 60_000, 60_000), vec![unreachable(0), replica(1, 100), master(2, 100)],
+                &[2], Some(LeaseDecision::Grant(2)), "holder gone: nobody promoted past the master"),
+        ];
+        for (lease, probes, blind, want, why) in cases {
+            let got = decide_master_by_lease("a", lease, &probes, blind);
+            match want {
+                Some(want) => assert_eq!(got, want, "{why}"),
+                None => assert!(matches!(got, LeaseDecision::Wait { .. }), "{why}: {got:?}"),
             }
         }
     }
@@ -460,7 +528,7 @@ mod tests {
     fn an_unreachable_holder_is_never_replaced_before_d_plus_margin() {
         let probes = [unreachable(0), replica(1, 100), replica(2, 100)];
         for unchanged in (0..8_000u64).step_by(50) {
-            let got = decide_master_by_lease("a", lease(Some(0), unchanged, 60_000), &probes);
+            let got = decide_master_by_lease("a", lease(Some(0), unchanged, 60_000), &probes, &[]);
             let promotes = matches!(got, LeaseDecision::Promote { .. });
             assert_eq!(
                 promotes,

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
     DownwardAPIVolumeFile, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, Lifecycle,
     LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, ProjectedVolumeSource, SecretVolumeSource,
+    PodAffinityTerm, PodAntiAffinity, PodSpec, ProjectedVolumeSource, SecretVolumeSource,
     ServiceAccountTokenProjection, Volume, VolumeProjection, VolumeResourceRequirements,
     WeightedPodAffinityTerm,
 };
@@ -196,6 +196,19 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
 
 /// The data pod's server container (`spec.image`).
 pub const VALKEY_CONTAINER: &str = "valkey";
+/// The data pod's sidecar container (labels, fencing, handover).
+pub const SIDECAR_CONTAINER: &str = "sidecar";
+
+/// Whether a data pod's sidecar runs with Sentinel: it fences on the Sentinel majority and never
+/// on the master Lease. Read from its arguments as [`crate::pod::cluster_args`] renders them, so
+/// a pod started before Sentinel was turned off still answers `true` until it is replaced.
+pub fn sidecar_runs_with_sentinel(pod: &PodSpec) -> bool {
+    pod.containers
+        .iter()
+        .filter(|c| c.name == SIDECAR_CONTAINER)
+        .flat_map(|c| c.args.iter().flatten())
+        .any(|arg| arg.starts_with(crate::pod::SENTINEL_SERVICE_ARG))
+}
 
 fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     let ports = ctx.ports;
@@ -318,7 +331,7 @@ fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) 
                 failure_threshold: 5,
             },
         )),
-        ..sidecar_binary_container(ctx, "sidecar", args, env, mounts, resources)
+        ..sidecar_binary_container(ctx, SIDECAR_CONTAINER, args, env, mounts, resources)
     }
 }
 

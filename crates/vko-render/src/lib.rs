@@ -60,7 +60,7 @@ pub use conf::{
     DATA_DIR, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_REBOOT_DOWN_AFTER_MS, SENTINEL_CONF_KEY,
     TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY, quote_arg, split_args,
 };
-pub use data::VALKEY_CONTAINER;
+pub use data::{SIDECAR_CONTAINER, VALKEY_CONTAINER, sidecar_runs_with_sentinel};
 pub use error::RenderError;
 pub use hash::{
     canonical_json, config_hash, differs_only_in_operator_image, pod_spec_hash,

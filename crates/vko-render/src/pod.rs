@@ -305,6 +305,9 @@ pub fn tls_args(tls: bool) -> Vec<String> {
     ]
 }
 
+/// The argument that names the Sentinel Service (present only with Sentinel).
+pub const SENTINEL_SERVICE_ARG: &str = "--sentinel-service=";
+
 /// Arguments that tell an operator binary where the cluster is: its name, the Services and
 /// ports. Every value is a validated name or a number; the binaries are started without a
 /// shell, so each element reaches them as exactly one argument.
@@ -318,7 +321,7 @@ pub fn cluster_args(ctx: &Ctx<'_>) -> Vec<String> {
     ];
     if ctx.spec.sentinel_enabled() {
         args.push(format!(
-            "--sentinel-service={}",
+            "{SENTINEL_SERVICE_ARG}{}",
             names.sentinel_headless_service()
         ));
         args.push(format!("--sentinel-port={}", ctx.ports.sentinel));

@@ -477,3 +477,30 @@ fn a_held_scale_down_renders_the_held_count_and_accepts_a_master_on_a_removed_or
     // The held count is not part of the pod template.
     assert_eq!(held.hashes, shrunk.hashes);
 }
+
+/// The operator tells a pod whose sidecar fences on the master Lease from one that fences on the
+/// Sentinel majority by the arguments rendered here (a Sentinel turned off leaves pods of both
+/// kinds until the roll replaces them).
+#[test]
+fn a_data_pod_tells_whether_its_sidecar_runs_with_sentinel() {
+    for (sentinel, expected) in [
+        (json!({"enabled": true, "replicas": 3}), true),
+        (json!({"enabled": false}), false),
+    ] {
+        let value = json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": "s"},
+            "spec": {"replicas": 3, "image": "valkey/valkey:8.0", "sentinel": sentinel}});
+        let valkey = valkey(&value);
+        let rendered = render(&valkey, &inputs(&valkey)).expect("renders");
+        let pod = rendered.statefulsets[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("a pod template");
+        assert_eq!(
+            vko_render::sidecar_runs_with_sentinel(pod),
+            expected,
+            "{value}"
+        );
+    }
+}
