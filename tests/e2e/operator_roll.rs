@@ -84,7 +84,7 @@ async fn master_pod(pods: &Pods, name: &str, shape: Shape) -> anyhow::Result<Str
             .next()
             .unwrap_or_default()
             .to_owned()),
-        Follow::RoleMaster => role_master_pod(pods, name).await,
+        Follow::RoleMaster | Follow::RwService => role_master_pod(pods, name).await,
     }
 }
 

@@ -11,20 +11,21 @@
 //! After every step: PHASE OK with every pod ready, no pod above the count, the master with every
 //! replica online, and with Sentinel every Sentinel knowing exactly the others and listing exactly
 //! the live replicas (what a scale-down removed is reset away) and `SentinelPeersStale` not True.
-//! Throughout: at most one data pod labelled master at every sample (every 200 ms). At the end:
+//! The writer connects through `<name>-rw`'s ClusterIP as clients do. Throughout: at most one data
+//! pod labelled master and at most one ready `-rw` endpoint in every state the watches of the pods
+//! and of `-rw`'s EndpointSlices delivered (`fence_support::Sampler`). At the end:
 //! every acknowledged write on the master and on every replica, and the PVCs of removed pods kept.
 //! Each step prints its duration, the longest write gap inside it and how many pods it replaced.
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-use vko_e2e::{ha_support, operator_support};
+use vko_e2e::{fence_support, ha_support, operator_support};
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use fence_support::{Sampler, Samples};
 use ha_support::{
-    Follow, Pods, ROLE_LABEL, SENTINEL_PORT, WriteLog, Writer, call, eventually, info, info_field,
+    Follow, Pods, SENTINEL_PORT, WriteLog, Writer, call, eventually, info, info_field,
     missing_keys, role_master_pod, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -67,104 +68,6 @@ async fn master_pod(pods: &Pods, sentinel: bool) -> anyhow::Result<String> {
             .to_owned())
     } else {
         role_master_pod(pods, NAME).await
-    }
-}
-
-/// The pods labelled master in one sample: (pod, terminating).
-type Labelled = Vec<(String, bool)>;
-
-/// Samples the data pods' master labels every 200 ms; remembers the most seen at once.
-struct LabelSampler {
-    stop: Arc<AtomicBool>,
-    most: Arc<AtomicUsize>,
-    samples: Arc<AtomicUsize>,
-    /// Every sample with more than one pod labelled master: (pod, terminating) of each.
-    doubles: Arc<std::sync::Mutex<Vec<Labelled>>>,
-    /// The longest stretch (first to last sample of a run of consecutive samples) with several.
-    longest_double: Arc<std::sync::Mutex<Duration>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl LabelSampler {
-    fn start(client: kube::Client, ns: String) -> LabelSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let most = Arc::new(AtomicUsize::new(0));
-        let samples = Arc::new(AtomicUsize::new(0));
-        let doubles = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let longest_double = Arc::new(std::sync::Mutex::new(Duration::ZERO));
-        let (s, m, n, d) = (stop.clone(), most.clone(), samples.clone(), doubles.clone());
-        let longest = longest_double.clone();
-        let task = tokio::spawn(async move {
-            let api: Api<Pod> = Api::namespaced(client, &ns);
-            let mut double_since: Option<Instant> = None;
-            while !s.load(Ordering::SeqCst) {
-                if let Ok(list) = api.list(&ListParams::default()).await {
-                    let labelled: Vec<(String, bool)> = list
-                        .items
-                        .iter()
-                        .filter(|p| {
-                            p.metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get(ROLE_LABEL))
-                                .is_some_and(|role| role == "master")
-                        })
-                        .map(|p| {
-                            (
-                                p.metadata.name.clone().unwrap_or_default(),
-                                p.metadata.deletion_timestamp.is_some(),
-                            )
-                        })
-                        .collect();
-                    if labelled.len() > 1 {
-                        let since = *double_since.get_or_insert_with(Instant::now);
-                        if let Ok(mut longest) = longest.lock() {
-                            *longest = (*longest).max(since.elapsed());
-                        }
-                        if let Ok(mut doubles) = d.lock() {
-                            doubles.push(labelled.clone());
-                        }
-                    } else {
-                        double_since = None;
-                    }
-                    let labelled = labelled.len();
-                    m.fetch_max(labelled, Ordering::SeqCst);
-                    n.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        LabelSampler {
-            stop,
-            most,
-            samples,
-            doubles,
-            longest_double,
-            task,
-        }
-    }
-
-    /// The longest stretch with several pods labelled master so far.
-    fn longest_double(&self) -> Duration {
-        self.longest_double.lock().map(|d| *d).unwrap_or_default()
-    }
-
-    /// (most pods labelled master at once, samples); prints every sample with two or more.
-    async fn stop(self) -> (usize, usize) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.task.await;
-        let doubles = self.doubles.lock().map(|d| d.clone()).unwrap_or_default();
-        if !doubles.is_empty() {
-            let longest = self.longest_double.lock().map(|d| *d).unwrap_or_default();
-            println!(
-                "samples with several pods labelled master (pod, terminating): {doubles:?}; longest stretch {} ms",
-                longest.as_millis()
-            );
-        }
-        (
-            self.most.load(Ordering::SeqCst),
-            self.samples.load(Ordering::SeqCst),
-        )
     }
 }
 
@@ -395,19 +298,15 @@ async fn pvc_names(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String
     Ok(names)
 }
 
-/// Starts the writer and waits for its first OKs.
-async fn writing(test: &OperatorTest, sentinel: bool) -> anyhow::Result<Writer> {
+/// Starts the writer through `-rw` and waits for its first OKs.
+async fn writing(test: &OperatorTest) -> anyhow::Result<Writer> {
     let writer = Writer::start_following(
         test.client(),
         test.ns().to_owned(),
         NAME.to_owned(),
         "scale".to_owned(),
         None,
-        if sentinel {
-            Follow::Sentinel
-        } else {
-            Follow::RoleMaster
-        },
+        Follow::RwService,
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     while writer.acked().await < 300 {
@@ -417,7 +316,7 @@ async fn writing(test: &OperatorTest, sentinel: bool) -> anyhow::Result<Writer> 
     Ok(writer)
 }
 
-fn report(ns: &str, log: &WriteLog, labelled: (usize, usize), cluster: &Cluster<'_>) {
+fn report(ns: &str, log: &WriteLog, samples: &Samples, cluster: &Cluster<'_>) {
     let gaps: Vec<u128> = log
         .switchover_gaps()
         .into_iter()
@@ -447,14 +346,53 @@ fn report(ns: &str, log: &WriteLog, labelled: (usize, usize), cluster: &Cluster<
         })
         .collect();
     println!(
-        "MEASURED {ns}: acked={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} masters_written_to={masters:?} most_labelled_masters={} samples={} steps={}",
+        "MEASURED {ns}: acked={} errors={} switchover_gaps_ms={gaps:?} longest_gap_ms={} masters_written_to={masters:?} most_labelled_masters={} ({:?}) most_rw_endpoints={} ({:?}) samples={} longest_interval_ms={} blind_ms={} watch_errors={} steps={}",
         log.acked.len(),
         log.error_count,
         log.longest_gap().as_millis(),
-        labelled.0,
-        labelled.1,
+        samples.max_master_labels,
+        samples.max_master_labels_pods,
+        samples.max_rw_endpoints,
+        samples.max_rw_endpoints_pods,
+        samples.samples,
+        samples.longest_interval.as_millis(),
+        samples.longest_blind.as_millis(),
+        samples.watch_errors,
         steps.join(" ")
     );
+}
+
+/// Watches the master labels and `-rw`'s endpoints (every state the watches deliver).
+fn sampler(test: &OperatorTest) -> Sampler {
+    Sampler::start(
+        test.client(),
+        test.ns().to_owned(),
+        NAME.to_owned(),
+        Duration::from_millis(200),
+    )
+}
+
+/// At most one pod labelled master and one ready `-rw` endpoint in every sample, and no watch blind
+/// long enough to miss a state.
+fn one_master_throughout(samples: &Samples) -> anyhow::Result<()> {
+    anyhow::ensure!(samples.samples > 100, "too few samples: {samples:?}");
+    anyhow::ensure!(
+        samples.longest_blind <= Duration::from_millis(250),
+        "a watch blind for {:?}",
+        samples.longest_blind
+    );
+    anyhow::ensure!(
+        samples.max_master_labels <= 1,
+        "pods labelled master at once: {:?} at {:?}",
+        samples.max_master_labels_pods,
+        samples.max_master_labels_at
+    );
+    anyhow::ensure!(
+        samples.max_rw_endpoints <= 1,
+        "-rw endpoints at once: {:?}",
+        samples.max_rw_endpoints_pods
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,8 +415,8 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
             sentinel: false,
             steps: std::sync::Mutex::default(),
         };
-        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
-        let writer = writing(&test, false).await?;
+        let sampler = sampler(&test);
+        let writer = writing(&test).await?;
         for replicas in [3, 5] {
             cluster.scale(replicas, 0).await?;
         }
@@ -491,24 +429,11 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
         cluster.scale(3, 0).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
-        let sampler_longest_double = sampler.longest_double();
-        let labelled = sampler.stop().await;
-        report(test.ns(), &log, labelled, &cluster);
+        let samples = sampler.stop().await;
+        report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
         println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
-        // Without Sentinel each sidecar labels its own server's role on its own loop: across a
-        // promote switchover the new master can be labelled before the old one is relabelled
-        // (seen in 2 of 4 runs, one sample each; docs/status.md § Scaling). Bounded here: a
-        // double that outlasts two loop periods fails.
-        if labelled.0 > 1 {
-            println!("KNOWN GAP {}: {} pods labelled master at once", test.ns(), labelled.0);
-        }
-        let longest = sampler_longest_double;
-        anyhow::ensure!(
-            longest <= Duration::from_secs(2),
-            "several pods labelled master for {} ms",
-            longest.as_millis()
-        );
+        one_master_throughout(&samples)?;
         // Pod 2 came back on its old PVC as a replica (it had been a replica or the master).
         let pods = Pods::list(&client, test.ns()).await?;
         let ip = pods.ip(&format!("{NAME}-2")).unwrap_or_default();
@@ -549,8 +474,8 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
             steps: std::sync::Mutex::default(),
         };
         cluster.settled(3, 3).await?;
-        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
-        let writer = writing(&test, true).await?;
+        let sampler = sampler(&test);
+        let writer = writing(&test).await?;
         cluster.scale(5, 3).await?;
         let moved = cluster.move_master_to_at_least(2, 5, 3).await?;
         println!("the master is {moved} before the scale-down to 2");
@@ -560,11 +485,11 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
         cluster.scale(3, 3).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
-        let labelled = sampler.stop().await;
-        report(test.ns(), &log, labelled, &cluster);
+        let samples = sampler.stop().await;
+        report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
         println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
-        anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
+        one_master_throughout(&samples)?;
         let events = operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
         let resets: Vec<String> = events
             .iter()
@@ -603,9 +528,8 @@ async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write()
             steps: std::sync::Mutex::default(),
         };
         cluster.settled(3, 0).await?;
-        let sampler = LabelSampler::start(test.client(), test.ns().to_owned());
-        // The writer follows the pod answering master in both modes.
-        let writer = writing(&test, false).await?;
+        let sampler = sampler(&test);
+        let writer = writing(&test).await?;
         cluster.sentinel = true;
         cluster
             .step(
@@ -626,11 +550,11 @@ async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write()
             .await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
-        let labelled = sampler.stop().await;
-        report(test.ns(), &log, labelled, &cluster);
+        let samples = sampler.stop().await;
+        report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
         println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
-        anyhow::ensure!(labelled.0 <= 1, "{} pods labelled master at once", labelled.0);
+        one_master_throughout(&samples)?;
         Ok::<(), anyhow::Error>(())
     }
     .await;

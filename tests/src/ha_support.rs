@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -437,6 +437,9 @@ pub enum Follow {
     /// The data pod (`<valkey>-<n>`) that answers `role:master` (clusters without Sentinel); with
     /// several, the one labelled master, else the first.
     RoleMaster,
+    /// The ClusterIP of `<valkey>-rw`, as clients connect (the testbed's kube-proxy routes it);
+    /// the log names the Service's ready endpoints at the time the writer connected.
+    RwService,
 }
 
 /// The data pod that answers `role:master`.
@@ -565,6 +568,7 @@ async fn write_loop(
                 let host = match follow {
                     Follow::Sentinel => sentinel_master_host(&pods, &valkey).await?,
                     Follow::RoleMaster => role_master_pod(&pods, &valkey).await?,
+                    Follow::RwService => return connect_rw(&client, &ns, &valkey).await,
                 };
                 let ip = pods
                     .ip_of_host(&host)
@@ -627,6 +631,25 @@ async fn write_loop(
             }
         }
     }
+}
+
+/// A connection to `<valkey>-rw`'s ClusterIP, and the Service's ready endpoints as it connected.
+async fn connect_rw(
+    client: &kube::Client,
+    ns: &str,
+    valkey: &str,
+) -> anyhow::Result<(Conn, String)> {
+    let service = format!("{valkey}-rw");
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let ip = services
+        .get(&service)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("{service} has no ClusterIP"))?;
+    let endpoints = endpoint_pods(client, ns, &service).await?;
+    let conn = Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(10)).await?;
+    Ok((conn, endpoints.join("+")))
 }
 
 async fn note_error(log: &Mutex<WriteLog>, error: String) {
