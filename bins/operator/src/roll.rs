@@ -512,6 +512,11 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
                         .sentinel
                         .as_ref()
                         .map_or(0, |tier| tier.replicas as usize),
+                    // A scale-down's switchover must land below spec.replicas (ADR 0024).
+                    never_promote: vko_roll::scale::never_promote(&world.data, *from)
+                        .into_iter()
+                        .map(|ordinal| Address::new(inputs.names.data_pod_fqdn(ordinal), port))
+                        .collect(),
                 },
                 SwitchoverKind::Promote => Promoter::Direct {
                     target: Some(Address::new(inputs.names.data_pod_fqdn(*to), port)),

@@ -136,6 +136,9 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
                 // The data pod is not told `spec.sentinel.replicas` (ADR 0014): the electorate
                 // is the Sentinels discovered and the peer counts they report.
                 configured: 0,
+                // A pod stopping hands over to any replica (a scale-down's switchover is the
+                // operator's, before it removes pods).
+                never_promote: Vec::new(),
             }
         }
         None => Promoter::Direct { target: None },
@@ -143,6 +146,7 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
     let shared = switchover::Settings {
         pause: settings.pause,
         poll: settings.poll,
+        ..switchover::Settings::default()
     };
     let result = match (&promoter, &node.lease) {
         // Without Sentinel the successor gets the master Lease before it is promoted (ADR 0022).

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use vko_roll::scale::{
     DataReplicas, ResetCause, ResetPlan, ScaleHold, SentinelAnswerView, SentinelMemory,
-    SentinelReset, data_replicas, sentinel_to_reset,
+    SentinelReset, data_replicas, never_promote, sentinel_to_reset,
 };
 use vko_roll::{Action, RollState, Server, SwitchoverKind, Tier, WaitReason, next};
 
@@ -93,6 +93,21 @@ fn a_master_on_a_removed_ordinal_is_switched_over_into_the_tier_that_stays() {
             settled.summary
         );
     }
+}
+
+/// Sentinel picks the replica itself: every removed pod but the old master is excluded from its
+/// choice (the switchover gives them `replica-priority 0` first).
+#[test]
+fn a_sentinel_switchover_of_a_scale_down_excludes_every_removed_replica() {
+    let world = scaling_down(3);
+    assert_eq!(never_promote(&world.data, 4), vec![2, 3]);
+    // A pod the StatefulSet already removed is not excluded (there is nothing to set).
+    let mut fewer = world.clone();
+    remove_data_pod(&mut fewer, 3);
+    assert_eq!(never_promote(&fewer.data, 4), vec![2]);
+    // No scale-down: nothing excluded.
+    let steady = cluster(3, 3);
+    assert_eq!(never_promote(&steady.data, 0), Vec::<u32>::new());
 }
 
 #[test]

@@ -92,6 +92,11 @@ pub enum Promoter {
         /// cannot know: the new master must be named by a strict majority of the largest of
         /// this, `sentinels` and the peer counts the Sentinels report (ADR 0014).
         configured: usize,
+        /// Replicas Sentinel must not pick (a scale-down removes them): before the pause each
+        /// gets `replica-priority 0`, and the switchover starts only once every Sentinel that
+        /// answers lists them with it (Sentinel reads a replica's priority from its INFO,
+        /// every 10 s).
+        never_promote: Vec<Address>,
     },
     /// `REPLICAOF NO ONE` on `target`, or on the most caught-up online replica when `None`.
     Direct { target: Option<Address> },
@@ -104,6 +109,9 @@ pub struct Settings {
     pub pause: Duration,
     /// Poll interval while waiting for offsets and Sentinel.
     pub poll: Duration,
+    /// How long, before the pause, the Sentinels may take to see `replica-priority 0` on the
+    /// replicas they must not pick (their INFO poll of a replica is every 10 s).
+    pub steer: Duration,
 }
 
 impl Default for Settings {
@@ -111,6 +119,7 @@ impl Default for Settings {
         Settings {
             pause: Duration::from_secs(20),
             poll: Duration::from_millis(10),
+            steer: Duration::from_secs(15),
         }
     }
 }
@@ -176,6 +185,16 @@ pub async fn switchover<D: Dial>(
         tracing::warn!(step = "check", master = %old_address, "master without an online replica; nothing to hand over to");
         return Ok(Outcome::NoReplica);
     }
+    if let Promoter::Sentinel {
+        name,
+        sentinels,
+        never_promote,
+        ..
+    } = promoter
+        && !never_promote.is_empty()
+    {
+        steer_sentinel(dial, name, sentinels, never_promote, settings).await?;
+    }
     proceed(dial, "pause")?;
     let paused = Paused::start(old, settings).await?;
     let result = match promoter {
@@ -183,6 +202,7 @@ pub async fn switchover<D: Dial>(
             name,
             sentinels,
             configured,
+            ..
         } => {
             let electorate = Electorate::new(*configured, sentinels.len());
             with_sentinel(
@@ -213,6 +233,78 @@ pub async fn switchover<D: Dial>(
             paused.end().await;
             Err(error)
         }
+    }
+}
+
+/// Before the pause: `replica-priority 0` on each of `never_promote`, then wait (at most
+/// `settings.steer`) until every Sentinel that answers lists each of them it knows with priority
+/// 0, so a `SENTINEL FAILOVER` cannot pick one. Nothing is paused yet: failing here costs no
+/// write, and the priority set stays for the next try.
+async fn steer_sentinel<D: Dial>(
+    dial: &D,
+    name: &str,
+    sentinels: &[Address],
+    never_promote: &[Address],
+    settings: &Settings,
+) -> Result<()> {
+    proceed(dial, "steer")?;
+    // A replica that cannot be reached is skipped: Sentinel does not pick a replica it cannot
+    // reach either (a disconnected or subjectively down one).
+    let mut steered = Vec::new();
+    for replica in never_promote {
+        let set = match dial.valkey(replica).await {
+            Ok(client) => {
+                let set = client.config_set("replica-priority", "0").await;
+                client.close().await;
+                set
+            }
+            Err(e) => Err(e),
+        };
+        match set {
+            Ok(()) => steered.push(replica.clone()),
+            Err(e) => {
+                tracing::warn!(step = "steer", %replica, error = %e, "replica-priority 0 not set; a replica that does not answer is not picked by Sentinel either");
+            }
+        }
+    }
+    let never_promote = steered.as_slice();
+    let started = Instant::now();
+    loop {
+        let mut unseen = Vec::new();
+        for sentinel in sentinels {
+            let Ok(client) = dial.sentinel(sentinel).await else {
+                continue;
+            };
+            let listed = client.replicas(name).await;
+            client.close().await;
+            let Ok(listed) = listed else { continue };
+            unseen.extend(
+                listed
+                    .iter()
+                    .filter(|r| never_promote.contains(&Address::new(r.host.clone(), r.port)))
+                    .filter(|r| r.priority != Some(0))
+                    .map(|r| {
+                        format!(
+                            "{sentinel} lists {}:{} with priority {:?}",
+                            r.host, r.port, r.priority
+                        )
+                    }),
+            );
+        }
+        if unseen.is_empty() {
+            tracing::info!(step = "steer", replicas = ?never_promote, elapsed_ms = ms(started.elapsed()), "every Sentinel sees replica-priority 0 on the replicas it must not pick");
+            return Ok(());
+        }
+        if started.elapsed() >= settings.steer {
+            return Err(failed(
+                "steer",
+                format!(
+                    "Sentinel has not read replica-priority 0 yet: {}",
+                    unseen.join("; ")
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -6,11 +6,13 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::Duration;
 
 use common::{Sentinel, Server, eventually};
 use vko_valkey::parse::{InstanceFlag, RoleReply};
-use vko_valkey::{Error, SentinelClient};
+use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
+use vko_valkey::{Error, SentinelClient, ValkeyClient};
 
 const NAME: &str = "mymaster";
 
@@ -159,4 +161,115 @@ async fn noquorum_is_a_result_not_an_error() {
     assert!(!quorum.reachable, "{quorum:?}");
     assert_eq!(quorum.usable_sentinels, 1);
     assert!(quorum.message.starts_with("NOQUORUM"), "{}", quorum.message);
+}
+
+/// Reaches the test's local instances by their announced `localhost:<port>`.
+struct LocalDial;
+
+impl Dial for LocalDial {
+    fn valkey(
+        &self,
+        at: &Address,
+    ) -> impl Future<Output = vko_valkey::Result<ValkeyClient>> + Send {
+        let opts = common::local_opts(at.port);
+        async move { ValkeyClient::connect(&opts).await }
+    }
+
+    fn sentinel(
+        &self,
+        at: &Address,
+    ) -> impl Future<Output = vko_valkey::Result<SentinelClient>> + Send {
+        let opts = common::local_opts(at.port);
+        async move { SentinelClient::connect(&opts).await }
+    }
+}
+
+/// A scale-down's switchover must land on a replica that stays (ADR 0024). Sentinel picks by
+/// `replica-priority` first, so the replica the scale-down removes is made the one Sentinel
+/// prefers (priority 10 against 100): without `never_promote` Sentinel promotes it every time.
+#[tokio::test]
+async fn a_sentinel_switchover_never_promotes_a_replica_it_is_told_to_avoid() {
+    let master = Server::start(&["--replica-announce-ip", "localhost"]);
+    let replica_args = |priority: &'static str| {
+        vec![
+            "--replicaof".to_owned(),
+            "localhost".to_owned(),
+            master.port.to_string(),
+            "--replica-announce-ip".to_owned(),
+            "localhost".to_owned(),
+            "--replica-priority".to_owned(),
+            priority.to_owned(),
+        ]
+    };
+    let args = replica_args("10");
+    let removed = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let args = replica_args("100");
+    let staying = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let sentinels: Vec<Sentinel> = (0..3)
+        .map(|_| Sentinel::start(NAME, master.port, 2))
+        .collect();
+    for sentinel in &sentinels {
+        let client = sentinel.client().await;
+        eventually(
+            "every Sentinel lists both replicas, priority 10 and 100, and its 2 peers",
+            Duration::from_secs(30),
+            || async {
+                let view = client.master(NAME).await.ok()?;
+                let mut priorities: Vec<i64> = client
+                    .replicas(NAME)
+                    .await
+                    .ok()?
+                    .iter()
+                    .filter_map(|r| r.priority)
+                    .collect();
+                priorities.sort_unstable();
+                (view.num_other_sentinels == 2 && priorities == [10, 100]).then_some(())
+            },
+        )
+        .await;
+    }
+    let old = master.client().await;
+    eventually("both replicas online", Duration::from_secs(30), || async {
+        let info = old.info_replication().await.ok()?;
+        (info
+            .replicas
+            .iter()
+            .filter(|r| r.state == vko_valkey::parse::ReplicaSyncState::Online)
+            .count()
+            == 2)
+            .then_some(())
+    })
+    .await;
+    let promoter = Promoter::Sentinel {
+        name: NAME.to_owned(),
+        sentinels: sentinels
+            .iter()
+            .map(|s| Address::new("localhost", s.port))
+            .collect(),
+        configured: 3,
+        never_promote: vec![Address::new("localhost", removed.port)],
+    };
+    let outcome = switchover::switchover(
+        &LocalDial,
+        &old,
+        &Address::new("localhost", master.port),
+        &promoter,
+        &switchover::Settings::default(),
+    )
+    .await
+    .unwrap();
+    let Outcome::HandedOver(report) = outcome else {
+        panic!("no handover: {outcome:?}");
+    };
+    assert_eq!(report.new_master, Address::new("localhost", staying.port));
+    let removed_priority = removed
+        .client()
+        .await
+        .config_get("replica-priority")
+        .await
+        .unwrap();
+    assert_eq!(
+        removed_priority.get("replica-priority").map(String::as_str),
+        Some("0")
+    );
 }
