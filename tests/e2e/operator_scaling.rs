@@ -362,6 +362,37 @@ fn report(ns: &str, log: &WriteLog, samples: &Samples, cluster: &Cluster<'_>) {
     );
 }
 
+/// Applies the Valkey `scale` with `spec` (YAML flow) and waits for PHASE OK with `pods` ready.
+async fn start_cluster<'a>(
+    test: &'a OperatorTest,
+    spec: &str,
+    pods: i32,
+    sentinel: bool,
+) -> anyhow::Result<Cluster<'a>> {
+    let yaml = format!(
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {spec}\n"
+    );
+    let (valkeys, _) = test
+        .apply_until_ok(&yaml, NAME, pods, Duration::from_secs(240))
+        .await?;
+    Ok(Cluster {
+        test,
+        valkeys,
+        sentinel,
+        steps: std::sync::Mutex::default(),
+    })
+}
+
+/// A failed sequence shows the containers' last log lines and keeps its namespace; a passed one
+/// deletes it.
+async fn conclude(test: OperatorTest, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    if result.is_err() {
+        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
+        return result;
+    }
+    test.cleanup().await
+}
+
 /// Watches the master labels and `-rw`'s endpoints (every state the watches deliver).
 fn sampler(test: &OperatorTest) -> Sampler {
     Sampler::start(
@@ -399,22 +430,11 @@ fn one_master_throughout(samples: &Samples) -> anyhow::Result<()> {
 async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write() {
     let test = OperatorTest::start("scale-plain").await.unwrap();
     let result = async {
-        let (valkeys, _) = test
-            .apply_until_ok(
-                &format!(
-                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 1, image: valkey/valkey:8.0, persistence: {{enabled: true, mode: aof, size: 100Mi}}}}\n"
-                ),
-                NAME,
-                1,
-                Duration::from_secs(180),
-            )
-            .await?;
-        let cluster = Cluster {
-            test: &test,
-            valkeys,
-            sentinel: false,
-            steps: std::sync::Mutex::default(),
-        };
+        let spec = concat!(
+            "{replicas: 1, image: valkey/valkey:8.0,",
+            " persistence: {enabled: true, mode: aof, size: 100Mi}}"
+        );
+        let cluster = start_cluster(&test, spec, 1, false).await?;
         let sampler = sampler(&test);
         let writer = writing(&test).await?;
         for replicas in [3, 5] {
@@ -425,14 +445,21 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
         cluster.scale(2, 0).await?;
         let client = test.client();
         let pvcs = pvc_names(&client, test.ns()).await?;
-        anyhow::ensure!(pvcs.len() == 5, "PVCs after 5 -> 2: {pvcs:?} (the removed pods' are kept)");
+        anyhow::ensure!(
+            pvcs.len() == 5,
+            "PVCs after 5 -> 2: {pvcs:?} (the removed pods' are kept)"
+        );
         cluster.scale(3, 0).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let log = writer.stop().await;
         let samples = sampler.stop().await;
         report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
-        println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
+        println!(
+            "MEASURED {}: 0 of {} acknowledged writes lost",
+            test.ns(),
+            log.acked.len()
+        );
         one_master_throughout(&samples)?;
         // Pod 2 came back on its old PVC as a replica (it had been a replica or the master).
         let pods = Pods::list(&client, test.ns()).await?;
@@ -446,33 +473,20 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
         Ok::<(), anyhow::Error>(())
     }
     .await;
-    if let Err(error) = &result {
-        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
-        panic!("{error:#}");
-    }
-    test.cleanup().await.unwrap();
+    conclude(test, result).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_write() {
     let test = OperatorTest::start("scale-ha").await.unwrap();
     let result = async {
-        let (valkeys, _) = test
-            .apply_until_ok(
-                &format!(
-                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}}}}\n"
-                ),
-                NAME,
-                3,
-                Duration::from_secs(240),
-            )
-            .await?;
-        let cluster = Cluster {
-            test: &test,
-            valkeys,
-            sentinel: true,
-            steps: std::sync::Mutex::default(),
-        };
+        let cluster = start_cluster(
+            &test,
+            "{replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}}",
+            3,
+            true,
+        )
+        .await?;
         cluster.settled(3, 3).await?;
         let sampler = sampler(&test);
         let writer = writing(&test).await?;
@@ -488,9 +502,14 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
         let samples = sampler.stop().await;
         report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
-        println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
+        println!(
+            "MEASURED {}: 0 of {} acknowledged writes lost",
+            test.ns(),
+            log.acked.len()
+        );
         one_master_throughout(&samples)?;
-        let events = operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
+        let events =
+            operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
         let resets: Vec<String> = events
             .iter()
             .filter(|e| e.reason.as_deref() == Some("SentinelReset"))
@@ -500,33 +519,15 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
         Ok::<(), anyhow::Error>(())
     }
     .await;
-    if let Err(error) = &result {
-        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
-        panic!("{error:#}");
-    }
-    test.cleanup().await.unwrap();
+    conclude(test, result).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write() {
     let test = OperatorTest::start("scale-sentinel-onoff").await.unwrap();
     let result = async {
-        let (valkeys, _) = test
-            .apply_until_ok(
-                &format!(
-                    "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0}}\n"
-                ),
-                NAME,
-                3,
-                Duration::from_secs(180),
-            )
-            .await?;
-        let mut cluster = Cluster {
-            test: &test,
-            valkeys,
-            sentinel: false,
-            steps: std::sync::Mutex::default(),
-        };
+        let mut cluster =
+            start_cluster(&test, "{replicas: 3, image: valkey/valkey:8.0}", 3, false).await?;
         cluster.settled(3, 0).await?;
         let sampler = sampler(&test);
         let writer = writing(&test).await?;
@@ -553,14 +554,14 @@ async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write()
         let samples = sampler.stop().await;
         report(test.ns(), &log, &samples, &cluster);
         cluster.every_write_everywhere(&log).await?;
-        println!("MEASURED {}: 0 of {} acknowledged writes lost", test.ns(), log.acked.len());
+        println!(
+            "MEASURED {}: 0 of {} acknowledged writes lost",
+            test.ns(),
+            log.acked.len()
+        );
         one_master_throughout(&samples)?;
         Ok::<(), anyhow::Error>(())
     }
     .await;
-    if let Err(error) = &result {
-        ha_support::dump_container_logs(&test.client(), test.ns(), 40).await;
-        panic!("{error:#}");
-    }
-    test.cleanup().await.unwrap();
+    conclude(test, result).await.unwrap();
 }
