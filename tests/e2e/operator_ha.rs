@@ -5,8 +5,9 @@
 //! Then every pod (data and Sentinel) is deleted once, one at a time, each time waiting until the
 //! cluster is OK again, and all of it is checked again. Last, a Sentinel peer that does not exist
 //! (a hello message published on the master with an unknown run id) makes every Sentinel count 3
-//! others: `SentinelPeersStale=True` names each; `SENTINEL RESET` on one Sentinel at a time clears
-//! it (`SentinelPeersCurrent`).
+//! others; the operator resets them itself, one at a time (a `SentinelReset` Event each, ADR
+//! 0024), until every Sentinel knows its 2 real peers and `SentinelPeersStale` is False
+//! (`SentinelPeersCurrent`).
 //!
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
@@ -319,7 +320,7 @@ async fn sentinel_ha_is_conformant_before_and_after_every_pod_was_deleted_once()
         .await
         .unwrap();
 
-    stale_sentinel_peers_are_reported_until_reset(&client, &ns)
+    stale_sentinel_peers_are_reset_away_by_the_operator(&client, &ns)
         .await
         .unwrap();
 
@@ -333,7 +334,7 @@ fn peers_condition(valkey: &Valkey, reason: &str) -> Option<(String, String)> {
         .map(|(status, _, message)| (status, message))
 }
 
-async fn stale_sentinel_peers_are_reported_until_reset(
+async fn stale_sentinel_peers_are_reset_away_by_the_operator(
     client: &kube::Client,
     ns: &str,
 ) -> anyhow::Result<()> {
@@ -362,26 +363,26 @@ async fn stale_sentinel_peers_are_reported_until_reset(
     )
     .await?;
     eprintln!("published a hello of a Sentinel that does not exist: {reply:?}");
-    let stale = wait_for_valkey(&valkeys, NAME, "SentinelPeersStale=True", recheck, |v| {
-        peers_condition(v, "SentinelPeersExceedReplicas").is_some_and(|(status, message)| {
-            status == "True" && message.matches(" knows 3").count() == 3
-        })
-    })
+    // Every Sentinel now counts a fourth peer. The operator resets them itself, one at a time
+    // and only once the one before has rediscovered its real peers (ADR 0024), with a Normal
+    // Event each; the stale state lasts one pass per Sentinel, so it is read from the Events.
+    wait_until(
+        "a SentinelReset Event for each of the 3 Sentinels that knew the phantom peer",
+        recheck,
+        || async {
+            let resets: Vec<String> = operator_support::events_about(client, ns, NAME, "Normal")
+                .await
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("SentinelReset"))
+                .filter_map(|e| e.note)
+                .filter(|note| note.contains("knew 3 other Sentinels"))
+                .collect();
+            Ok((resets.len() >= 3).then_some(()))
+        },
+    )
     .await?;
-    eprintln!(
-        "stale peers: {:?}",
-        peers_condition(&stale, "SentinelPeersExceedReplicas")
-    );
-
     for sentinel in pods.names_with_prefix(&format!("{NAME}-sentinel-")) {
         let sentinel_ip = pods.ip(&sentinel).unwrap_or_default();
-        let reply = call(&sentinel_ip, SENTINEL_PORT, &["SENTINEL", "RESET", NAME]).await?;
-        anyhow::ensure!(
-            reply == Reply::Int(1),
-            "SENTINEL RESET on {sentinel}: {reply:?}"
-        );
-        // It rediscovers the master's replicas and its real peers from their hello messages
-        // (every 2 s) before the next one forgets anything.
         wait_until(
             &format!("{sentinel} to know its 2 real peers and 2 replicas again"),
             Duration::from_secs(60),
