@@ -254,6 +254,26 @@ impl Cluster<'_> {
         anyhow::bail!("the master never moved to an ordinal >= {min}")
     }
 
+    /// Stops the writer and the sampler, prints the figures, and checks that every acknowledged
+    /// write is on every data pod and that one pod was master throughout.
+    async fn writes_and_masters_checked(
+        &self,
+        writer: Writer,
+        sampler: Sampler,
+    ) -> anyhow::Result<()> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let log = writer.stop().await;
+        let samples = sampler.stop().await;
+        report(self.test.ns(), &log, &samples, self);
+        self.every_write_everywhere(&log).await?;
+        println!(
+            "MEASURED {}: 0 of {} acknowledged writes lost",
+            self.test.ns(),
+            log.acked.len()
+        );
+        one_master_throughout(&samples)
+    }
+
     /// Every acknowledged write on every data pod (the replicas given time to catch up).
     async fn every_write_everywhere(&self, log: &WriteLog) -> anyhow::Result<()> {
         let client = self.test.client();
@@ -450,17 +470,7 @@ async fn without_sentinel_a_standalone_scales_1_3_5_2_3_without_losing_a_write()
             "PVCs after 5 -> 2: {pvcs:?} (the removed pods' are kept)"
         );
         cluster.scale(3, 0).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let log = writer.stop().await;
-        let samples = sampler.stop().await;
-        report(test.ns(), &log, &samples, &cluster);
-        cluster.every_write_everywhere(&log).await?;
-        println!(
-            "MEASURED {}: 0 of {} acknowledged writes lost",
-            test.ns(),
-            log.acked.len()
-        );
-        one_master_throughout(&samples)?;
+        cluster.writes_and_masters_checked(writer, sampler).await?;
         // Pod 2 came back on its old PVC as a replica (it had been a replica or the master).
         let pods = Pods::list(&client, test.ns()).await?;
         let ip = pods.ip(&format!("{NAME}-2")).unwrap_or_default();
@@ -497,17 +507,7 @@ async fn with_sentinel_data_3_5_2_3_and_sentinels_3_5_3_scale_without_losing_a_w
         cluster.scale(3, 3).await?;
         cluster.scale(3, 5).await?;
         cluster.scale(3, 3).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let log = writer.stop().await;
-        let samples = sampler.stop().await;
-        report(test.ns(), &log, &samples, &cluster);
-        cluster.every_write_everywhere(&log).await?;
-        println!(
-            "MEASURED {}: 0 of {} acknowledged writes lost",
-            test.ns(),
-            log.acked.len()
-        );
-        one_master_throughout(&samples)?;
+        cluster.writes_and_masters_checked(writer, sampler).await?;
         let events =
             operator_support::events_about(&test.client(), test.ns(), NAME, "Normal").await;
         let resets: Vec<String> = events
@@ -549,17 +549,7 @@ async fn sentinel_turned_on_for_a_running_cluster_and_off_again_loses_no_write()
                 0,
             )
             .await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let log = writer.stop().await;
-        let samples = sampler.stop().await;
-        report(test.ns(), &log, &samples, &cluster);
-        cluster.every_write_everywhere(&log).await?;
-        println!(
-            "MEASURED {}: 0 of {} acknowledged writes lost",
-            test.ns(),
-            log.acked.len()
-        );
-        one_master_throughout(&samples)?;
+        cluster.writes_and_masters_checked(writer, sampler).await?;
         Ok::<(), anyhow::Error>(())
     }
     .await;
