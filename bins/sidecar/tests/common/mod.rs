@@ -24,8 +24,8 @@ pub use vko_testkit::{Proc, TempDir, eventually};
 pub const HOST: &str = "127.0.0.1";
 pub const MONITOR: &str = "vkt";
 
-/// Ports 36500..36599, apart from the other suites' ranges.
-static PORTS: Ports = Ports::new(36500, 100);
+/// Ports 24500..24599: below 32768 (`ip_local_port_range`), apart from the other suites' ranges.
+static PORTS: Ports = Ports::new(24500, 100);
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
