@@ -6,7 +6,7 @@ use anyhow::Context;
 use vko_testbed::controlplane::{self, BuildOutcome, format_duration};
 use vko_testbed::paths::{self, Paths};
 
-use crate::{bench_fence, bench_fleet, bench_min_replicas, testbed};
+use crate::{bench_fence, bench_fleet, bench_min_replicas, bench_switchover, testbed};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,13 +25,17 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         cycles: usize,
     },
-    /// Rolling updates under a writer, for 3 data + 3 Sentinel and 3 without Sentinel: total roll
-    /// time and the writer's gap at each master switchover. Uses the running testbed (starts one,
-    /// and stops it afterwards, only when none runs).
+    /// Rolling updates under two writers (one following the master by pod IP, one through
+    /// `<name>-rw`'s ClusterIP), for 3 data + 3 Sentinel and 3 without Sentinel, per Valkey
+    /// release: total roll time and each writer's gap at each master switchover. Uses the running
+    /// testbed (starts one, and stops it afterwards, only when none runs).
     Roll {
-        /// Rolls per topology.
+        /// Rolls per topology and release.
         #[arg(long, default_value_t = 5)]
         rolls: u32,
+        /// `valkey/valkey` tags to roll, side by side (the testbed runs 8.0, 8.1 and 9.x).
+        #[arg(long, value_delimiter = ',', default_value = "8.0")]
+        versions: Vec<String>,
     },
     /// Master fencing under two writers (one inside the master's network namespace, one through
     /// `-rw`): per topology (3 data + 3 Sentinel, 3 without Sentinel) and fault (SIGSTOP of the
@@ -43,6 +47,10 @@ enum Bench {
     /// how long a master cut off from its replica keeps acknowledging, and how long a replica
     /// restart makes the master refuse every write.
     MinReplicas(bench_min_replicas::Args),
+    /// A planned switchover with Sentinel as a Sentinel-aware client sees it, per Valkey release,
+    /// on real processes on 127.0.0.1 (no testbed): vko's switchover, and on Valkey 9 also
+    /// `SENTINEL FAILOVER ... COORDINATED`; write gap, promotion and naming times, lost writes.
+    Switchover(bench_switchover::Args),
     /// Fleet scale (issue 20): the chart's in-cluster operator, release binaries in every pod, N
     /// Valkeys applied at once for each N; time to all OK, then a steady state: the operator's
     /// and the sidecars' API requests and writes per minute (from the audit log), RSS and CPU.
@@ -53,9 +61,10 @@ enum Bench {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Testbed { cold, cycles } => bench_testbed(cold, cycles.max(1)),
-        Bench::Roll { rolls } => bench_roll(rolls.max(1)),
+        Bench::Roll { rolls, versions } => bench_roll(rolls.max(1), &versions),
         Bench::Fence(args) => bench_fence::run(args),
         Bench::MinReplicas(args) => bench_min_replicas::run(args),
+        Bench::Switchover(args) => bench_switchover::run(args),
         Bench::Fleet(args) => bench_fleet::run(args),
     }
 }
@@ -153,8 +162,18 @@ pub(crate) fn cpu_count() -> usize {
 /// One `BENCH` line of the `bench_roll` e2e test.
 #[derive(Debug, Clone, PartialEq)]
 struct RollSample {
+    version: String,
     topology: String,
     roll_ms: u64,
+    /// The writer that follows the master by pod IP.
+    by_pod: WriterSample,
+    /// The writer through `<name>-rw`'s ClusterIP.
+    through_rw: WriterSample,
+}
+
+/// One writer's figures for one roll.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct WriterSample {
     lost: u64,
     acked: u64,
     gaps_ms: Vec<u64>,
@@ -166,15 +185,25 @@ fn parse_bench_line(line: &str) -> Option<RollSample> {
         .split_whitespace()
         .filter_map(|field| field.split_once('='))
         .collect();
+    let writer = |prefix: &str| -> Option<WriterSample> {
+        Some(WriterSample {
+            lost: fields.get(format!("{prefix}lost").as_str())?.parse().ok()?,
+            acked: fields
+                .get(format!("{prefix}acked").as_str())?
+                .parse()
+                .ok()?,
+            gaps_ms: fields
+                .get(format!("{prefix}gaps_ms").as_str())
+                .map(|g| g.split(',').filter_map(|v| v.parse().ok()).collect())
+                .unwrap_or_default(),
+        })
+    };
     Some(RollSample {
+        version: fields.get("version")?.to_string(),
         topology: fields.get("topology")?.to_string(),
         roll_ms: fields.get("roll_ms")?.parse().ok()?,
-        lost: fields.get("lost")?.parse().ok()?,
-        acked: fields.get("acked")?.parse().ok()?,
-        gaps_ms: fields
-            .get("gaps_ms")
-            .map(|g| g.split(',').filter_map(|v| v.parse().ok()).collect())
-            .unwrap_or_default(),
+        by_pod: writer("")?,
+        through_rw: writer("rw_")?,
     })
 }
 
@@ -260,39 +289,73 @@ pub(crate) fn cargo_test_ignored(
     Ok(())
 }
 
-fn bench_roll(rolls: u32) -> anyhow::Result<()> {
+fn bench_roll(rolls: u32, versions: &[String]) -> anyhow::Result<()> {
+    for version in versions {
+        anyhow::ensure!(
+            vko_testbed::kubelet::images::valkey_release(version).is_some(),
+            "valkey/valkey:{version} is not a release the testbed runs ({})",
+            vko_testbed::kubelet::images::VALKEY_TAG_MAP
+        );
+    }
     let mut samples = Vec::new();
     run_ignored_e2e(
         "operator_roll::bench_roll",
-        &[("VKO_BENCH_ROLLS", rolls.to_string())],
+        &[
+            ("VKO_BENCH_ROLLS", rolls.to_string()),
+            ("VKO_BENCH_VERSIONS", versions.join(",")),
+        ],
         |line| samples.extend(parse_bench_line(line)),
     )?;
     println!();
     println!(
-        "rolling-update benchmark ({rolls} rolls per topology, {} CPUs; gap = the writer's longest \
-         interval between consecutive OK replies across each master switchover)",
+        "rolling-update benchmark ({rolls} rolls per topology and release, {} CPUs; gap = a \
+         writer's longest interval between consecutive OK replies across each master switchover; \
+         \"pod\" follows the master by pod IP, \"-rw\" connects through the Service's ClusterIP)",
         cpu_count()
     );
-    for topology in ["3+3", "3-no-sentinel"] {
-        let of: Vec<&RollSample> = samples.iter().filter(|s| s.topology == topology).collect();
-        let mut totals: Vec<u64> = of.iter().map(|s| s.roll_ms).collect();
-        totals.sort_unstable();
-        let mut gaps: Vec<u64> = of.iter().flat_map(|s| s.gaps_ms.clone()).collect();
-        gaps.sort_unstable();
-        let lost: u64 = of.iter().map(|s| s.lost).sum();
-        let acked: u64 = of.iter().map(|s| s.acked).sum();
-        println!(
-            "  {topology:<14} rolls {:>2}  total roll p50 {:.1} s max {:.1} s  switchover gap ({} switchovers) p50 {} ms p99 {} ms max {} ms  lost {lost} of {acked} acknowledged",
-            of.len(),
-            quantile(&totals, 0.5) as f64 / 1000.0,
-            totals.last().copied().unwrap_or(0) as f64 / 1000.0,
-            gaps.len(),
-            quantile(&gaps, 0.5),
-            quantile(&gaps, 0.99),
-            gaps.last().copied().unwrap_or(0),
-        );
+    for line in roll_report(&samples, versions) {
+        println!("{line}");
     }
     Ok(())
+}
+
+/// One line per release, topology and writer, in the order the releases were asked for.
+fn roll_report(samples: &[RollSample], versions: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for version in versions {
+        for topology in ["3+3", "3-no-sentinel"] {
+            let of: Vec<&RollSample> = samples
+                .iter()
+                .filter(|s| &s.version == version && s.topology == topology)
+                .collect();
+            let mut totals: Vec<u64> = of.iter().map(|s| s.roll_ms).collect();
+            totals.sort_unstable();
+            for (writer, through_rw) in [("pod", false), ("-rw", true)] {
+                let pick = |s: &RollSample| -> WriterSample {
+                    if through_rw {
+                        s.through_rw.clone()
+                    } else {
+                        s.by_pod.clone()
+                    }
+                };
+                let mut gaps: Vec<u64> = of.iter().flat_map(|s| pick(s).gaps_ms).collect();
+                gaps.sort_unstable();
+                let lost: u64 = of.iter().map(|s| pick(s).lost).sum();
+                let acked: u64 = of.iter().map(|s| pick(s).acked).sum();
+                lines.push(format!(
+                    "  {version:<5} {topology:<14} {writer:<4} rolls {:>2}  total roll p50 {:.1} s max {:.1} s  switchover gap ({} switchovers) p50 {} ms p99 {} ms max {} ms  lost {lost} of {acked} acknowledged",
+                    of.len(),
+                    quantile(&totals, 0.5) as f64 / 1000.0,
+                    totals.last().copied().unwrap_or(0) as f64 / 1000.0,
+                    gaps.len(),
+                    quantile(&gaps, 0.5),
+                    quantile(&gaps, 0.99),
+                    gaps.last().copied().unwrap_or(0),
+                ));
+            }
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -301,18 +364,59 @@ mod tests {
 
     #[test]
     fn bench_lines_parse_and_quantiles_use_nearest_rank() {
-        let sample = parse_bench_line(
-            "BENCH topology=3+3 roll=0 roll_ms=51234 acked=1000 lost=0 gaps_ms=1307,20",
-        )
+        let sample = parse_bench_line(concat!(
+            "BENCH version=9.1 topology=3+3 roll=0 roll_ms=51234 acked=1000 lost=0 ",
+            "gaps_ms=1307,20 rw_acked=900 rw_lost=0 rw_gaps_ms=1450 rw_longest_ms=1450"
+        ))
         .unwrap();
+        assert_eq!(sample.version, "9.1");
         assert_eq!(sample.topology, "3+3");
         assert_eq!(sample.roll_ms, 51234);
-        assert_eq!(sample.gaps_ms, vec![1307, 20]);
+        assert_eq!(sample.by_pod.gaps_ms, vec![1307, 20]);
+        assert_eq!(sample.by_pod.acked, 1000);
+        assert_eq!(sample.through_rw.gaps_ms, vec![1450]);
+        assert_eq!(sample.through_rw.acked, 900);
         assert_eq!(parse_bench_line("MEASURED x"), None);
+        // A line without the -rw writer's figures is not a sample of this report.
+        assert_eq!(
+            parse_bench_line("BENCH version=8.0 topology=3+3 roll_ms=1 acked=1 lost=0 gaps_ms="),
+            None
+        );
         let values: Vec<u64> = (1..=100).collect();
         assert_eq!(quantile(&values, 0.5), 50);
         assert_eq!(quantile(&values, 0.99), 99);
         assert_eq!(quantile(&[7], 0.99), 7);
         assert_eq!(quantile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn the_roll_report_puts_releases_side_by_side_in_the_order_asked() {
+        let line = |version: &str, topology: &str, gap: u64, rw_gap: u64| {
+            parse_bench_line(&format!(
+                "BENCH version={version} topology={topology} roll_ms=50000 acked=100 lost=0 \
+                 gaps_ms={gap} rw_acked=90 rw_lost=0 rw_gaps_ms={rw_gap}"
+            ))
+            .unwrap()
+        };
+        let samples = vec![
+            line("8.0", "3+3", 1200, 1400),
+            line("9.1", "3+3", 1100, 1300),
+            line("9.1", "3-no-sentinel", 150, 400),
+        ];
+        let report = roll_report(&samples, &["9.1".to_owned(), "8.0".to_owned()]);
+        assert_eq!(report.len(), 8, "{report:#?}");
+        assert!(
+            report[0].contains("9.1") && report[0].contains("3+3") && report[0].contains("pod")
+        );
+        assert!(report[0].contains("p50 1100 ms"), "{}", report[0]);
+        assert!(
+            report[1].contains("-rw") && report[1].contains("p50 1300 ms"),
+            "{}",
+            report[1]
+        );
+        assert!(report[3].contains("3-no-sentinel") && report[3].contains("p50 400 ms"));
+        assert!(report[4].starts_with("  8.0") && report[4].contains("p50 1200 ms"));
+        // No rolls of 8.0 without Sentinel: a row of zeros, not a missing row.
+        assert!(report[6].contains("rolls  0"), "{}", report[6]);
     }
 }

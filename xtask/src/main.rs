@@ -6,6 +6,7 @@ mod bench;
 mod bench_fence;
 mod bench_fleet;
 mod bench_min_replicas;
+mod bench_switchover;
 mod demo;
 mod exporter;
 mod gen_crd;

@@ -750,6 +750,15 @@ impl SentinelClient {
             .expect_ok("SENTINEL FAILOVER")
     }
 
+    /// `SENTINEL FAILOVER name COORDINATED` (Valkey 9): the old master pauses its own writes and
+    /// hands over with `FAILOVER TO` instead of Sentinel promoting a replica beside it. Returns
+    /// once it started; an older Sentinel refuses the argument with an error.
+    pub async fn failover_coordinated(&self, name: &str) -> Result<()> {
+        self.about_master("FAILOVER", name, &["COORDINATED"])
+            .await?
+            .expect_ok("SENTINEL FAILOVER COORDINATED")
+    }
+
     /// `SENTINEL RESET pattern`: forget replicas and peers of matching masters (they are
     /// rediscovered). Returns how many masters matched.
     pub async fn reset(&self, pattern: &str) -> Result<u64> {

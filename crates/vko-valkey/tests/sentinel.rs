@@ -6,13 +6,12 @@
 
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
-use common::{Sentinel, Server, eventually};
+use common::{LocalDial, Sentinel, Server, eventually};
 use vko_valkey::parse::{InstanceFlag, RoleReply};
-use vko_valkey::switchover::{self, Address, Dial, Outcome, Promoter};
-use vko_valkey::{Error, SentinelClient, ValkeyClient};
+use vko_valkey::switchover::{self, Address, Outcome, Promoter};
+use vko_valkey::{Error, SentinelClient};
 
 const NAME: &str = "mymaster";
 
@@ -161,27 +160,6 @@ async fn noquorum_is_a_result_not_an_error() {
     assert!(!quorum.reachable, "{quorum:?}");
     assert_eq!(quorum.usable_sentinels, 1);
     assert!(quorum.message.starts_with("NOQUORUM"), "{}", quorum.message);
-}
-
-/// Reaches the test's local instances by their announced `localhost:<port>`.
-struct LocalDial;
-
-impl Dial for LocalDial {
-    fn valkey(
-        &self,
-        at: &Address,
-    ) -> impl Future<Output = vko_valkey::Result<ValkeyClient>> + Send {
-        let opts = common::local_opts(at.port);
-        async move { ValkeyClient::connect(&opts).await }
-    }
-
-    fn sentinel(
-        &self,
-        at: &Address,
-    ) -> impl Future<Output = vko_valkey::Result<SentinelClient>> + Send {
-        let opts = common::local_opts(at.port);
-        async move { SentinelClient::connect(&opts).await }
-    }
 }
 
 /// A scale-down's switchover must land on a replica that stays (ADR 0024). Sentinel picks by

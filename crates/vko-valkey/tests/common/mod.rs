@@ -3,9 +3,11 @@
 //! killed and removed on drop, also when the test panics.
 #![allow(dead_code, unused_imports)]
 
+use std::future::Future;
 use std::time::Duration;
 
 use vko_testkit::{Ports, SentinelSetup, spawn_sentinel};
+use vko_valkey::switchover::{Address, Dial};
 use vko_valkey::{ConnectOptions, SentinelClient, ValkeyClient};
 
 pub use vko_testkit::{Proc, TempDir, eventually};
@@ -123,4 +125,25 @@ pub fn local_opts(port: u16) -> ConnectOptions {
     opts.connect_timeout = Duration::from_secs(2);
     opts.command_timeout = Duration::from_secs(2);
     opts
+}
+
+/// Reaches the test's local instances by their announced `localhost:<port>`.
+pub struct LocalDial;
+
+impl Dial for LocalDial {
+    fn valkey(
+        &self,
+        at: &Address,
+    ) -> impl Future<Output = vko_valkey::Result<ValkeyClient>> + Send {
+        let opts = local_opts(at.port);
+        async move { ValkeyClient::connect(&opts).await }
+    }
+
+    fn sentinel(
+        &self,
+        at: &Address,
+    ) -> impl Future<Output = vko_valkey::Result<SentinelClient>> + Send {
+        let opts = local_opts(at.port);
+        async move { SentinelClient::connect(&opts).await }
+    }
 }
