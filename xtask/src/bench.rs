@@ -179,12 +179,42 @@ struct WriterSample {
     gaps_ms: Vec<u64>,
 }
 
-fn parse_bench_line(line: &str) -> Option<RollSample> {
+/// The `key=value` fields of a `BENCH ...` line a benchmark test prints; `None` for other lines.
+pub(crate) fn bench_fields(line: &str) -> Option<std::collections::BTreeMap<&str, &str>> {
     let rest = line.strip_prefix("BENCH ")?;
-    let fields: std::collections::BTreeMap<&str, &str> = rest
-        .split_whitespace()
-        .filter_map(|field| field.split_once('='))
-        .collect();
+    Some(
+        rest.split_whitespace()
+            .filter_map(|field| field.split_once('='))
+            .collect(),
+    )
+}
+
+/// Runs `command` (its stdout piped), echoing every line of it and handing it to `on_line`;
+/// fails when it exits unsuccessfully. `what` names it in errors.
+pub(crate) fn run_echoing(
+    command: &mut std::process::Command,
+    what: &str,
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what}"))?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line?;
+            println!("{line}");
+            on_line(&line);
+        }
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "{what} failed ({status})");
+    Ok(())
+}
+
+fn parse_bench_line(line: &str) -> Option<RollSample> {
+    let fields = bench_fields(line)?;
     let writer = |prefix: &str| -> Option<WriterSample> {
         Some(WriterSample {
             lost: fields.get(format!("{prefix}lost").as_str())?.parse().ok()?,
@@ -247,9 +277,8 @@ pub(crate) fn cargo_test_ignored(
     env: &[(&str, String)],
     paths: &Paths,
     helm: &std::path::Path,
-    mut on_line: impl FnMut(&str),
+    on_line: impl FnMut(&str),
 ) -> anyhow::Result<()> {
-    use std::io::BufRead;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = std::process::Command::new(cargo);
     command
@@ -272,21 +301,12 @@ pub(crate) fn cargo_test_ignored(
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
         .env(paths::STATE_DIR_ENV, paths.state_dir())
         .env(vko_testbed::harness::HELM_BIN_ENV, helm)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::piped());
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("running the {test} end-to-end test"))?;
-    if let Some(stdout) = child.stdout.take() {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let line = line?;
-            println!("{line}");
-            on_line(&line);
-        }
-    }
-    let status = child.wait()?;
-    anyhow::ensure!(status.success(), "the {test} test failed ({status})");
-    Ok(())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    run_echoing(
+        &mut command,
+        &format!("the {test} end-to-end test"),
+        on_line,
+    )
 }
 
 fn bench_roll(rolls: u32, versions: &[String]) -> anyhow::Result<()> {

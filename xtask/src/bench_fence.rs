@@ -7,8 +7,6 @@
 //! the last lost acknowledged write), the lost writes (and how many the bound does not allow),
 //! and the time from the end of the fault to Phase OK with one linked master.
 
-use std::collections::BTreeMap;
-
 use crate::bench::{cpu_count, quantile, run_ignored_e2e};
 
 #[derive(clap::Args)]
@@ -57,11 +55,7 @@ struct Measured {
 }
 
 fn parse_line(line: &str) -> Option<FenceSample> {
-    let rest = line.strip_prefix("BENCH ")?;
-    let fields: BTreeMap<&str, &str> = rest
-        .split_whitespace()
-        .filter_map(|field| field.split_once('='))
-        .collect();
+    let fields = crate::bench::bench_fields(line)?;
     let number = |key: &str| -> Option<u64> { fields.get(key)?.parse().ok() };
     // `-` stands for "none".
     let optional = |key: &str| -> Option<Option<u64>> {

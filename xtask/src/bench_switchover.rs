@@ -4,13 +4,12 @@
 //! that release's binaries first on `PATH`. On Valkey 9 it measures both vko's switchover (ADR
 //! 0006) and Sentinel's `FAILOVER ... COORDINATED`, alternated on the same processes.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::Context;
 use vko_testbed::kubelet::images::{VALKEY_TAG_MAP, ValkeyRelease, valkey_bin_dir, valkey_release};
 
-use crate::bench::{cpu_count, quantile};
+use crate::bench::{bench_fields, cpu_count, quantile, run_echoing};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,11 +35,7 @@ struct Sample {
 }
 
 fn parse_line(line: &str) -> Option<Sample> {
-    let rest = line.strip_prefix("BENCH ")?;
-    let fields: std::collections::BTreeMap<&str, &str> = rest
-        .split_whitespace()
-        .filter_map(|field| field.split_once('='))
-        .collect();
+    let fields = bench_fields(line)?;
     let number = |name: &str| -> Option<u64> { fields.get(name)?.parse().ok() };
     Some(Sample {
         version: fields.get("version")?.to_string(),
@@ -88,7 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "0"
         };
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut child = Command::new(cargo)
+        let mut command = Command::new(cargo);
+        command
             .args([
                 "test",
                 "--package",
@@ -104,19 +100,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .current_dir(crate::testbed::repo_root())
             .env("PATH", &path)
             .env("VKO_BENCH_RUNS", args.runs.to_string())
-            .env("VKO_BENCH_COORDINATED", coordinated)
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("running the switchover benchmark test")?;
-        if let Some(stdout) = child.stdout.take() {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let line = line?;
-                println!("{line}");
-                samples.extend(parse_line(&line));
-            }
-        }
-        let status = child.wait()?;
-        anyhow::ensure!(status.success(), "the benchmark failed on {tag} ({status})");
+            .env("VKO_BENCH_COORDINATED", coordinated);
+        run_echoing(
+            &mut command,
+            &format!("the switchover benchmark on {tag}"),
+            |line| {
+                samples.extend(parse_line(line));
+            },
+        )?;
     }
     println!();
     println!(
