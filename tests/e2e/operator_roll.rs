@@ -327,7 +327,13 @@ async fn roll_once(
                 && status != "True"
                 && let Ok(mut samples) = ready_during_roll.lock()
             {
-                samples.push(format!("{status}/{reason}"));
+                // The phase and message say which pass wrote it (a roll step or not).
+                let (phase, message) = valkey
+                    .status
+                    .as_ref()
+                    .map(|s| (s.phase.as_ref().map(|p| p.to_string()), s.message.clone()))
+                    .unwrap_or_default();
+                samples.push(format!("{status}/{reason} ({phase:?}: {message:?})"));
             }
             anyhow::ensure!(
                 is_settled(&valkey, shape.replicas),

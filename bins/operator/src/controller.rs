@@ -920,6 +920,22 @@ async fn act(
     {
         roll_step(pass, observed, plane, rendered.as_ref().ok()).await
     } else {
+        if pass
+            .valkey
+            .status
+            .as_ref()
+            .is_some_and(|s| s.rolling_update.is_some())
+        {
+            tracing::info!(
+                namespace = %pass.target.namespace,
+                name = %pass.target.name,
+                statefulset = plane.statefulset_exists,
+                rendered = rendered.is_ok(),
+                auth_missing = observed.secrets.auth_missing,
+                authority_acted = authority.acted,
+                "roll step skipped this pass; the recorded roll stands"
+            );
+        }
         None
     };
     if let Some(step) = &roll {

@@ -444,8 +444,17 @@ pub async fn step(inputs: &RollInputs<'_>) -> Option<RollStep> {
             )
         }),
     };
-    let world = world(inputs)?;
     let recorded = recorded_state(inputs.valkey);
+    let Some(world) = world(inputs) else {
+        if recorded != RollState::default() {
+            tracing::info!(
+                namespace = inputs.namespace,
+                name = inputs.names.name(),
+                "roll: a StatefulSet's template hash is not in the store; the recorded roll stands"
+            );
+        }
+        return None;
+    };
     let now = now();
     let decision = vko_roll::next(&world, &recorded, now);
     let name = inputs.names.name();

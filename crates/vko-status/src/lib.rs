@@ -449,9 +449,16 @@ pub fn desired_status(
     let mut conditions = current
         .and_then(|status| status.conditions.clone())
         .unwrap_or_default();
+    let rolling_update = match &snapshot.roll {
+        Some(roll) => rolling_update_status(&roll.state),
+        None => current.and_then(|status| status.rolling_update.clone()),
+    };
     // A roll in flight keeps Ready at its pre-roll value (the reference's contract: a planned pod
-    // replacement is not the data plane failing; the phase says "Rolling Update i/n").
-    let keep_ready = rolling
+    // replacement is not the data plane failing; the phase says "Rolling Update i/n"). A pass
+    // that did not evaluate the roll (`snapshot.roll` is `None`) keeps the recorded roll, so it
+    // keeps Ready with it: a restarted operator's passes must not report the roll's pods as a
+    // failing data plane.
+    let keep_ready = (rolling || rolling_update.is_some())
         && conditions
             .iter()
             .any(|c| c.type_ == ConditionType::Ready.as_str());
@@ -558,10 +565,6 @@ pub fn desired_status(
             set_condition(&mut conditions, next);
         }
     }
-    let rolling_update = match &snapshot.roll {
-        Some(roll) => rolling_update_status(&roll.state),
-        None => current.and_then(|status| status.rolling_update.clone()),
-    };
     let rw_standing = conditions
         .iter()
         .find(|c| c.type_ == ConditionType::RWServiceEmpty.as_str())
@@ -1165,6 +1168,19 @@ mod tests {
         let after = desired_status(Some(&during), &rolling, "v", at(3));
         let ready = find(Some(&after), ConditionType::Ready).unwrap();
         assert_eq!(ready.status, "False");
+        // A pass that did not evaluate the roll keeps the roll the status records, and Ready
+        // with it (a restarted operator's first passes, a pass whose roll step was skipped).
+        rolling.roll = Some(rolling_decision_recorded());
+        let recorded = desired_status(Some(&before), &rolling, "v", at(5));
+        assert!(recorded.rolling_update.is_some());
+        rolling.roll = None;
+        let skipped = desired_status(Some(&recorded), &rolling, "v", at(6));
+        assert_eq!(skipped.rolling_update, recorded.rolling_update);
+        assert_eq!(
+            find(Some(&skipped), ConditionType::Ready),
+            find(Some(&before), ConditionType::Ready),
+            "Ready is kept while the status still records the roll"
+        );
         // A first pass that is already rolling has no pre-roll value: it writes the truth.
         rolling.roll = Some(rolling_decision());
         let fresh = desired_status(None, &rolling, "v", at(4));
@@ -1187,6 +1203,18 @@ mod tests {
             summary: "rolling".into(),
             conditions: Vec::new(),
             events: Vec::new(),
+        }
+    }
+
+    /// As [`rolling_decision`], with a roll recorded in the state (the data tier in flight).
+    fn rolling_decision_recorded() -> vko_roll::Decision {
+        vko_roll::Decision {
+            state: RollState {
+                tier: Some(vko_roll::Tier::Data),
+                data_target: Some("target".into()),
+                ..RollState::default()
+            },
+            ..rolling_decision()
         }
     }
 
