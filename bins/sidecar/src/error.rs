@@ -36,6 +36,11 @@ pub enum SidecarError {
     /// A planned handover could not finish; the local server was unpaused and kept its role.
     #[error("handover failed at {step}: {detail}")]
     Handover { step: &'static str, detail: String },
+
+    /// A task the sidecar cannot serve without (the fencer, the label keeper, the health server)
+    /// ended; the sidecar exits so the kubelet restarts it rather than run on without it.
+    #[error("the {task} task ended: {detail}")]
+    TaskEnded { task: &'static str, detail: String },
 }
 
 impl SidecarError {
@@ -47,6 +52,7 @@ impl SidecarError {
             SidecarError::Valkey { source, .. } => source.reason(),
             SidecarError::Kube(_) => "KubernetesApiError",
             SidecarError::Handover { .. } => "HandoverFailed",
+            SidecarError::TaskEnded { .. } => "TaskEnded",
         }
     }
 

@@ -582,46 +582,135 @@ pub async fn keep(shared: Arc<Shared>) {
 
 /// `vko-sidecar run`: serve health and `/drain`, keep the pod true, and on SIGTERM hand the
 /// master role over and exit.
+/// A task the sidecar runs until it is told to stop.
+type Task = (&'static str, tokio::task::JoinHandle<()>);
+
+/// Waits for `stop`, or for the first of `tasks` to end. None of them ends by itself: one that
+/// does (a panic in a build that unwinds, a return) is an error, so the sidecar exits and the
+/// kubelet restarts it rather than it running on without, say, its fencer (a master whose fencer
+/// is gone would acknowledge writes it can no longer prove it may take; ADR 0033).
+async fn until_stopped(
+    stop: impl std::future::Future<Output = ()>,
+    tasks: &mut [Task],
+) -> Result<()> {
+    if tasks.is_empty() {
+        stop.await;
+        return Ok(());
+    }
+    let first_ended = futures::future::select_all(tasks.iter_mut().map(|(_, task)| task));
+    tokio::select! {
+        () = stop => Ok(()),
+        (ended, index, _) = first_ended => Err(SidecarError::TaskEnded {
+            task: tasks.get(index).map_or("unknown", |(task, _)| *task),
+            detail: ended.err().map_or_else(|| "it returned".into(), |join| join.to_string()),
+        }),
+    }
+}
+
 pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
     let addr = SocketAddr::from(([0, 0, 0, 0], health_port));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| SidecarError::Config(format!("bind health port {addr}: {e}")))?;
     tracing::info!(%addr, pod = shared.node.my_pod, me = %shared.node.me(), "sidecar running");
-    let server = tokio::spawn(axum::serve(listener, router(shared.clone())).into_future());
-    let keeper = tokio::spawn(keep(shared.clone()));
-    let fencer = if shared.node.topology.sentinel_enabled() {
-        Some(tokio::spawn(fence_loop(
-            shared.node.clone(),
-            shared.fence.clone(),
-            shared.fence_settings.clone(),
-        )))
-    } else {
-        shared.node.lease.clone().map(|lease| {
+    let server = axum::serve(listener, router(shared.clone())).into_future();
+    let mut tasks: Vec<Task> = vec![
+        (
+            "health server",
+            tokio::spawn(async move {
+                if let Err(error) = server.await {
+                    tracing::error!(%error, "the health server failed");
+                }
+            }),
+        ),
+        ("label keeper", tokio::spawn(keep(shared.clone()))),
+    ];
+    if shared.node.topology.sentinel_enabled() {
+        tasks.push((
+            "fencer",
+            tokio::spawn(fence_loop(
+                shared.node.clone(),
+                shared.fence.clone(),
+                shared.fence_settings.clone(),
+            )),
+        ));
+    } else if let Some(lease) = shared.node.lease.clone() {
+        tasks.push((
+            "lease fencer",
             tokio::spawn(lease_fence_loop(
                 shared.node.clone(),
                 shared.fence.clone(),
                 shared.fence_settings.clone(),
                 lease,
-            ))
-        })
-    };
+            )),
+        ));
+    }
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| SidecarError::Config(format!("SIGTERM handler: {e}")))?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
-    }
+    let stop = async {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+        }
+    };
+    until_stopped(stop, &mut tasks).await?;
     shared.mark_terminating();
     let report = shared.drain().await;
     // Let a `/drain` that is waiting for the same handover get its answer.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    keeper.abort();
-    if let Some(fencer) = fencer {
-        fencer.abort();
+    for (_, task) in &tasks {
+        task.abort();
     }
-    server.abort();
     tracing::info!(ok = report.ok, message = report.message, "sidecar exiting");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn forever() -> tokio::task::JoinHandle<()> {
+        tokio::spawn(std::future::pending())
+    }
+
+    #[tokio::test]
+    async fn a_task_that_panics_ends_the_sidecar_naming_the_task() {
+        let mut tasks = vec![
+            ("label keeper", forever()),
+            ("fencer", tokio::spawn(async { panic!("a fencer bug") })),
+        ];
+        let error = until_stopped(std::future::pending(), &mut tasks)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, SidecarError::TaskEnded { task: "fencer", detail } if detail.contains("a fencer bug")),
+            "{error}"
+        );
+        assert_eq!(error.reason(), "TaskEnded");
+    }
+
+    #[tokio::test]
+    async fn a_task_that_returns_ends_the_sidecar() {
+        let mut tasks = vec![
+            ("health server", tokio::spawn(async {})),
+            ("label keeper", forever()),
+        ];
+        let error = until_stopped(std::future::pending(), &mut tasks)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the health server task ended: it returned"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_stop_signal_ends_the_wait_while_every_task_runs() {
+        let mut tasks = vec![("label keeper", forever()), ("fencer", forever())];
+        until_stopped(async {}, &mut tasks).await.unwrap();
+        assert!(tasks.iter().all(|(_, task)| !task.is_finished()));
+        until_stopped(async {}, &mut []).await.unwrap();
+    }
 }
