@@ -79,6 +79,7 @@ impl Network {
                 return Err(error);
             }
         }
+        pin_bridge_mac()?;
         let gateway_cidr = format!("{}/{PREFIX_LEN}", gateway());
         ip(&["addr", "replace", &gateway_cidr, "dev", BRIDGE])?;
         ip(&["link", "set", BRIDGE, "up"])?;
@@ -133,7 +134,8 @@ impl Network {
     /// Deletes the pod's veth pair and network namespace, which frees its IP. Idempotent.
     pub fn detach_pod(&self, net: &PodNet) -> Result<()> {
         let _lock = lock_allocation()?;
-        remove_attachment(&net.netns, &net.host_veth)
+        remove_attachment(&net.netns, &net.host_veth)?;
+        forget_neighbour(net.ip)
     }
 
     /// Cuts the pod off the network (its host-side veth goes down): established connections hang
@@ -339,6 +341,8 @@ fn build_attachment(net: &PodNet) -> Result<()> {
     let ip_text = pod_ip.to_string();
     let pod_cidr = format!("{pod_ip}/{PREFIX_LEN}");
     let gateway_text = gateway().to_string();
+    // Also here, not only on detach: an earlier process may have died before it detached.
+    forget_neighbour(*pod_ip)?;
     ip(&["netns", "add", netns])?;
     ip(&[
         "link", "add", host_veth, "type", "veth", "peer", "name", "eth0", "netns", netns,
@@ -399,6 +403,35 @@ fn existing_attachment(netns: &str, host_veth: &str) -> Result<Option<PodNet>> {
         ip: pod_ip,
         host_veth: host_veth.to_string(),
     }))
+}
+
+/// The bridge's MAC, set once rather than left to the kernel. A bridge without a set address takes
+/// the lowest MAC of its ports and changes it when that port goes: every pod's ARP entry for the
+/// gateway (where the API server listens) would then point at a MAC nobody answers to, and the
+/// host would flush all its ARP entries on the bridge, at random moments. Locally administered.
+const BRIDGE_MAC: &str = "02:76:6b:6f:00:01";
+
+fn pin_bridge_mac() -> Result<()> {
+    let path = format!("/sys/class/net/{BRIDGE}/address");
+    let current = std::fs::read_to_string(&path).map_err(Error::io(format!("reading {path}")))?;
+    // Setting even the same address tells every listener it changed (the host's ARP table on the
+    // bridge is flushed): only set it when it differs.
+    if current.trim() != BRIDGE_MAC {
+        ip(&["link", "set", BRIDGE, "address", BRIDGE_MAC])?;
+    }
+    Ok(())
+}
+
+/// Drops the host's ARP entry for a pod IP on the bridge. Without it a reused IP is unreachable
+/// from the host for seconds: the kernel keeps sending to the old pod's MAC (a STALE entry goes
+/// through DELAY and PROBE, 5 s and more) while pods on the bridge, which never saw the old MAC,
+/// reach the new pod at once.
+fn forget_neighbour(pod_ip: Ipv4Addr) -> Result<()> {
+    if !link_exists(None, BRIDGE)? {
+        return Ok(());
+    }
+    ip(&["neigh", "flush", "to", &pod_ip.to_string(), "dev", BRIDGE])?;
+    Ok(())
 }
 
 /// Deletes the veth (both ends) and the namespace name; each step is skipped when already gone.

@@ -146,6 +146,34 @@ fn attach_is_idempotent_and_detach_frees_everything() {
 }
 
 #[test]
+fn detach_drops_the_hosts_arp_entry_so_a_reused_ip_is_reachable_at_once() {
+    let bridge = bridge();
+    let bridge_mac =
+        || std::fs::read_to_string(format!("/sys/class/net/{BRIDGE}/address")).unwrap();
+    let gateway_mac = bridge_mac();
+    let pod = Pod::attach(&bridge);
+    let link = ip_output(&["-n", &pod.net.netns, "-o", "link", "show", "dev", "eth0"]);
+    let mac = link
+        .split_whitespace()
+        .skip_while(|word| *word != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC in {link}"))
+        .to_string();
+    let (_listener, addr) = listen_in(&pod.net);
+    assert!(connects(addr), "host -> pod {addr}");
+    let ip = pod.net.ip.to_string();
+    let learned = ip_output(&["neigh", "show", "to", &ip, "dev", BRIDGE]);
+    assert!(learned.contains(&mac), "the host learned {mac}: {learned}");
+
+    bridge.network.detach_pod(&pod.net).unwrap();
+    // A pod that gets this IP next has another MAC: the host must not keep sending to this one.
+    let left = ip_output(&["neigh", "show", "to", &ip, "dev", BRIDGE]);
+    assert!(!left.contains(&mac), "{left}");
+    // Pods' ARP entries for the gateway stay right: the bridge's MAC is not its lowest port's.
+    assert_eq!(bridge_mac(), gateway_mac);
+}
+
+#[test]
 fn an_ip_still_attached_is_never_handed_out_again() {
     let bridge = bridge();
     let first = Pod::attach(&bridge);
