@@ -93,6 +93,16 @@ async fn refused_inputs(valkeys: &Api<DynamicObject>) -> anyhow::Result<Vec<Stri
             "should be greater than or equal to 1",
         ),
         (
+            "networkPolicy.metricsFrom empty (a rule from nobody in particular admits everyone)",
+            json!({ "image": image, "networkPolicy": { "enabled": true, "metricsFrom": [] } }),
+            "spec.networkPolicy.metricsFrom in body should have at least 1 items",
+        ),
+        (
+            "networkPolicy.metricsFrom with an empty peer",
+            json!({ "image": image, "networkPolicy": { "enabled": true, "metricsFrom": [{}] } }),
+            "every networkPolicy.metricsFrom entry needs a podSelector, a namespaceSelector or an ipBlock",
+        ),
+        (
             "image missing",
             json!({ "replicas": 1 }),
             "spec.image: Required value",
@@ -361,6 +371,13 @@ async fn accepted_edge_cases(valkeys: &Api<DynamicObject>) -> anyhow::Result<Vec
         (
             "observer db zero and extreme ports",
             json!({ "image": image, "observer": { "enabled": true, "db": 0 }, "metrics": { "enabled": true, "port": 65535 } }),
+        ),
+        (
+            "networkPolicy.metricsFrom naming Prometheus's namespace and pods",
+            json!({ "image": image, "metrics": { "enabled": true }, "networkPolicy": { "enabled": true, "metricsFrom": [
+                { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "monitoring" } },
+                  "podSelector": { "matchLabels": { "app.kubernetes.io/name": "prometheus" } } },
+                { "ipBlock": { "cidr": "10.0.0.0/8" } } ] } }),
         ),
         (
             "the largest tiers",

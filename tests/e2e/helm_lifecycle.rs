@@ -41,10 +41,11 @@ use helm_support::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use operator_support::{SOLO_VALKEY, install_crd, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
@@ -141,6 +142,73 @@ async fn strip_stored_defaults(ns: &str) -> anyhow::Result<(Vec<String>, serde_j
 }
 
 /// Exclusive (`cargo xtask test` runs it alone): see the module documentation.
+/// With `networkPolicy.enabled`, the data pods' policy has a peer that selects `operator_pod` in
+/// the release namespace (the chart passes its selector labels, `--operator-pod-labels`).
+async fn operator_is_admitted_by_the_network_policy(
+    client: &kube::Client,
+    ns: &str,
+    rel: &str,
+    operator_pod: &str,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({ "spec": { "networkPolicy": { "enabled": true } } });
+    valkeys
+        .patch("solo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+    let policy = wait_until("the NetworkPolicy solo", Duration::from_secs(60), || {
+        let policies = policies.clone();
+        async move { Ok(policies.get_opt("solo").await?) }
+    })
+    .await?;
+    let rules = policy
+        .spec
+        .and_then(|spec| spec.ingress)
+        .context("the policy has no ingress rules")?;
+    let peers: Vec<_> = rules
+        .iter()
+        .flat_map(|rule| rule.from.iter().flatten())
+        .filter_map(|peer| {
+            Some((
+                peer.namespace_selector.as_ref()?,
+                peer.pod_selector.as_ref()?,
+            ))
+        })
+        .collect();
+    let namespace_label = ("kubernetes.io/metadata.name".to_owned(), rel.to_owned());
+    let Some((_, pod_selector)) = peers.iter().find(|(namespaces, _)| {
+        namespaces
+            .match_labels
+            .as_ref()
+            .is_some_and(|labels| labels.iter().eq([(&namespace_label.0, &namespace_label.1)]))
+    }) else {
+        bail!("no peer selects the namespace {rel}: {rules:?}");
+    };
+    let labels = pod_selector
+        .match_labels
+        .as_ref()
+        .filter(|labels| !labels.is_empty())
+        .context("the operator peer selects every pod")?;
+    let selector = labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), rel);
+    let selected: Vec<String> = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .map(|pod| pod.metadata.name.unwrap_or_default())
+        .collect();
+    if !selected.iter().any(|name| name == operator_pod) {
+        bail!("the operator peer {selector} selects {selected:?}, not {operator_pod}");
+    }
+    println!("the NetworkPolicy admits {operator_pod} by {selector} in {rel}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     let testbed = Testbed::from_env().await.unwrap();
@@ -229,6 +297,11 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
         reporters.iter().any(|reporter| reporter == &operator_pod),
         "no Event about solo was reported by {operator_pod}: {reporters:?}"
     );
+
+    // ---- 1b. the NetworkPolicies it renders admit this operator pod in its own namespace ----
+    operator_is_admitted_by_the_network_policy(&client, &ns, &rel, &operator_pod)
+        .await
+        .unwrap();
 
     // ---- 2. upgrade: the pre-upgrade hook stores the defaults a stored object lacks ----
     // Control first: the same upgrade without the hook leaves them missing (so what stores them

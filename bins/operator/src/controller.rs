@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 use vko_api::consts::labels;
 use vko_api::{ConditionReason, Valkey, ValkeyStatus};
 use vko_authority::{Electorate, LeaseDecision, PodProbe, ordinal_of};
-use vko_render::{Names, PortPlan, RenderInputs, SkipReason};
+use vko_render::{Names, OperatorPeer, PortPlan, RenderInputs, SkipReason};
 use vko_status::downgrade::RefusedDowngrade;
 use vko_status::recreation::{BLOCKED_RECHECK, NUDGE_INTERVAL};
 use vko_status::storage::{self, StorageConflict};
@@ -54,6 +54,8 @@ pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Settings of the whole operator.
 #[derive(Clone, Debug)]
 pub struct OperatorConfig {
+    /// Where this operator runs, for the NetworkPolicies that must admit it.
+    pub operator_peer: Option<OperatorPeer>,
     pub operator_image: String,
     pub cluster_domain: String,
     pub cert_manager_present: bool,
@@ -639,6 +641,7 @@ fn render(
         OPERATOR_VERSION,
     );
     inputs.cluster_domain = config.cluster_domain.clone();
+    inputs.operator_peer = config.operator_peer.clone();
     inputs.owner = pass.valkey.controller_owner_ref(&());
     inputs.tls_material_hash = observed.secrets.tls_hash.clone();
     inputs.sentinel_tls_material_hash = observed.secrets.sentinel_tls_hash.clone();
@@ -2174,6 +2177,7 @@ mod tests {
 
         fn context_config() -> OperatorConfig {
             OperatorConfig {
+                operator_peer: None,
                 operator_image: "vko.local/vko:dev".into(),
                 cluster_domain: "cluster.local".into(),
                 cert_manager_present: false,

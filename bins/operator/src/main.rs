@@ -1,6 +1,7 @@
 //! vko operator: a kube-runtime Controller over `Valkey` resources. The command line, logging,
 //! the HTTP endpoints and the leader election; the pass itself is the library's ([`vko_operator`]).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -19,6 +20,7 @@ use vko_operator::leader::Leadership;
 use vko_operator::metrics::Metrics;
 use vko_operator::readiness::{Phase, Readiness};
 use vko_operator::{cache_sync, controller, kube_clients, leader, migrate};
+use vko_render::OperatorPeer;
 
 /// How long the controller may take to stop after shutdown. kube-runtime's Controller holds its
 /// reconcile runner until the `Valkey` store has listed, so a controller whose list never
@@ -83,6 +85,14 @@ struct Args {
     /// then the operator names the pending ones, releases the Lease and exits non-zero.
     #[arg(long, env = "CACHE_SYNC_TIMEOUT", default_value = "120s", value_parser = cache_sync::parse_duration)]
     cache_sync_timeout: std::time::Duration,
+    /// Labels that select this operator's pods, `key=value,key=value` (the chart sets its
+    /// selector labels). With the pod's namespace (`POD_NAMESPACE`) they go into the
+    /// NetworkPolicies the operator renders, so they admit it from its own namespace.
+    #[arg(long, env = "OPERATOR_POD_LABELS", value_parser = parse_pod_labels)]
+    operator_pod_labels: Option<BTreeMap<String, String>>,
+    /// Namespace this operator runs in (the chart sets it from the downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pod_namespace: Option<String>,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     log_format: LogFormat,
@@ -95,6 +105,48 @@ struct Args {
 enum Command {
     /// Store the CRD's defaults in every Valkey resource (the chart's pre-upgrade hook), then exit.
     Migrate,
+}
+
+/// `key=value,key=value`: at least one pair, no empty key, no key twice.
+fn parse_pod_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for pair in text
+        .split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+    {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not key=value"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key.is_empty() {
+            return Err(format!("{pair:?} has no key"));
+        }
+        if labels.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(format!("the key {key:?} is given twice"));
+        }
+    }
+    if labels.is_empty() {
+        return Err("no key=value pair: a selector without labels would admit every pod".into());
+    }
+    Ok(labels)
+}
+
+/// The operator as a NetworkPolicy peer, when it knows both its namespace and its labels.
+fn operator_peer(
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+) -> anyhow::Result<Option<OperatorPeer>> {
+    match (namespace, labels) {
+        (Some(namespace), Some(pod_labels)) => Ok(Some(OperatorPeer {
+            namespace,
+            pod_labels,
+        })),
+        (None, Some(_)) => anyhow::bail!(
+            "--operator-pod-labels needs the operator's namespace: set --pod-namespace or POD_NAMESPACE"
+        ),
+        (_, None) => Ok(None),
+    }
 }
 
 /// `:8080` means every interface; `0` means disabled.
@@ -258,7 +310,7 @@ async fn main() -> anyhow::Result<()> {
         let namespace = args
             .leader_election_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| args.pod_namespace.clone())
             .unwrap_or_else(|| "default".into());
         let elector = leader::Elector::new(
             clients.lease.clone(),
@@ -318,7 +370,15 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
+    let operator_peer = operator_peer(args.pod_namespace.clone(), args.operator_pod_labels)?;
+    if operator_peer.is_none() {
+        tracing::warn!(
+            "no --operator-pod-labels: rendered NetworkPolicies admit the operator only from the \
+             Valkey's own namespace, so an enforcing network plugin locks an operator elsewhere out"
+        );
+    }
     let config = OperatorConfig {
+        operator_peer,
         operator_image: args.operator_image,
         cluster_domain: args.cluster_domain,
         cert_manager_present: group_present(&client, "cert-manager.io").await,
@@ -390,6 +450,43 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operator_pod_labels_are_key_value_pairs_and_never_empty() {
+        assert_eq!(
+            parse_pod_labels("app.kubernetes.io/name=vko, app.kubernetes.io/instance=vko").unwrap(),
+            BTreeMap::from([
+                ("app.kubernetes.io/instance".to_owned(), "vko".to_owned()),
+                ("app.kubernetes.io/name".to_owned(), "vko".to_owned()),
+            ])
+        );
+        assert_eq!(
+            parse_pod_labels("tier=").unwrap(),
+            BTreeMap::from([("tier".to_owned(), String::new())])
+        );
+        for bad in ["", " , ", "app", "=vko", "a=1,a=2"] {
+            assert!(parse_pod_labels(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_operator_peer_needs_its_namespace_once_labels_are_given() {
+        let labels = BTreeMap::from([("app".to_owned(), "vko".to_owned())]);
+        let peer = operator_peer(Some("vko-system".into()), Some(labels.clone())).unwrap();
+        assert_eq!(
+            peer,
+            Some(OperatorPeer {
+                namespace: "vko-system".into(),
+                pod_labels: labels.clone(),
+            })
+        );
+        assert!(operator_peer(None, Some(labels)).is_err());
+        assert_eq!(
+            operator_peer(Some("vko-system".into()), None).unwrap(),
+            None
+        );
+        assert_eq!(operator_peer(None, None).unwrap(), None);
+    }
 
     #[test]
     fn bind_addresses_accept_port_only_and_zero_disables() {

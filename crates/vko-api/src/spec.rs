@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -436,6 +437,18 @@ pub struct NetworkPolicySpec {
         "message": "networkPolicy.namePrefix must be lowercase letters, digits and '-', starting and ending with a letter or digit"
     }]))]
     pub name_prefix: Option<String>,
+
+    /// Who may reach the metrics exporter's port (`metrics.port`), as NetworkPolicy peers (for
+    /// Prometheus in another namespace, e.g. a `namespaceSelector` on
+    /// `kubernetes.io/metadata.name: monitoring`). Omitted: pods in this namespace only. The
+    /// exporter dials any `/scrape?target=` it is given, so the port is not opened wider by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32), extend("x-kubernetes-validations" = [{
+        "rule": "self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",
+        "message": "every networkPolicy.metricsFrom entry needs a podSelector, a namespaceSelector or an ipBlock (an empty one would admit everyone)"
+    }]))]
+    pub metrics_from: Option<Vec<NetworkPolicyPeer>>,
 }
 
 /// Persistent storage.

@@ -214,8 +214,8 @@ fn tcp_ports(ports: &[i32]) -> Vec<NetworkPolicyPort> {
 
 /// Ingress-only NetworkPolicies. Valkey and Sentinel ports: from every pod in the namespace
 /// (clients, the other tier, the observer, replication) and from the operator pod. Exporter
-/// port: from any pod in the cluster (Prometheus usually lives elsewhere). Observer port: from
-/// anywhere (kubelet probes come from the node). See docs/adr/0004-data-pod-anatomy.md.
+/// port: from `networkPolicy.metricsFrom`, else from the namespace only (the exporter dials any
+/// `/scrape?target=`). Observer port: from anywhere (kubelet probes come from the node). See docs/adr/0004-data-pod-anatomy.md.
 pub fn network_policies(ctx: &Ctx<'_>) -> Vec<NetworkPolicy> {
     let spec = ctx.spec;
     if !spec.network_policy_enabled() {
@@ -273,11 +273,16 @@ pub fn network_policies(ctx: &Ctx<'_>) -> Vec<NetworkPolicy> {
         ports: Some(tcp_ports(&valkey_ports)),
     }];
     if spec.metrics_enabled() {
+        // An empty list would render `from: []`, which admits everyone: the CRD refuses it, and
+        // it falls back to this namespace here too.
+        let scrapers = spec
+            .network_policy
+            .as_ref()
+            .and_then(|n| n.metrics_from.clone())
+            .filter(|peers| !peers.is_empty())
+            .unwrap_or_else(|| vec![same_namespace.clone()]);
         data_rules.push(NetworkPolicyIngressRule {
-            from: Some(vec![NetworkPolicyPeer {
-                namespace_selector: Some(LabelSelector::default()),
-                ..NetworkPolicyPeer::default()
-            }]),
+            from: Some(scrapers),
             ports: Some(tcp_ports(&[spec.metrics_port()])),
         });
     }

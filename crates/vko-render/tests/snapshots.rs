@@ -124,6 +124,28 @@ spec:
 }
 
 #[test]
+fn the_exporter_port_admits_only_the_metrics_from_peers() {
+    let valkey = valkey_from_yaml(
+        r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: { name: scraped }
+spec:
+  replicas: 1
+  image: valkey/valkey:8.0
+  metrics: { enabled: true, port: 9200 }
+  networkPolicy:
+    enabled: true
+    metricsFrom:
+      - namespaceSelector: { matchLabels: { kubernetes.io/metadata.name: monitoring } }
+        podSelector: { matchLabels: { app.kubernetes.io/name: prometheus } }
+"#,
+    );
+    let rendered = render(&valkey, &inputs_for(&valkey)).expect("renders");
+    insta::assert_yaml_snapshot!(rendered.network_policies);
+}
+
+#[test]
 fn unified_certificate_and_observer_mtls() {
     let valkey = valkey_from_yaml(
         r#"
