@@ -1,8 +1,9 @@
 //! Sentinel HA under failure, each with a writer that follows the master as Sentinel names it
 //! (GET-MASTER-ADDR-BY-NAME → pod FQDN → pod IP, re-resolved on every error):
-//! - the master pod is deleted (graceful: the sidecar's preStop `/drain` hands the role over):
-//!   a new master within seconds, `-rw` and `status.masterPod` follow, and every OK'd write is
-//!   still there;
+//! - the master pod is evicted (the eviction API, as a drain does; graceful: the sidecar's preStop
+//!   `/drain` hands the role over): a new master within seconds, `-rw` and `status.masterPod`
+//!   follow, and every OK'd write is still there; the budgets refuse a second data pod and a second
+//!   Sentinel meanwhile;
 //! - the master's valkey-server is SIGKILLed (a crash): every write confirmed by both replicas
 //!   (`WAIT 2 1000`) survives; OK-only writes lost are printed, not asserted;
 //! - empty-master guard (persistence off): the master's valkey-server is killed three times (the
@@ -20,12 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use ha_support::{
     Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, eventually, info,
     info_field, kill_valkey_server, missing_keys, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, EvictParams};
 use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::apply_yaml;
@@ -149,12 +152,70 @@ async fn wait_for_writes(writer: &Writer, at_least: usize) {
     }
 }
 
+/// Waits until the disruption controller lets each of `budgets` take exactly one eviction.
+async fn budgets_allow_one(
+    client: &kube::Client,
+    ns: &str,
+    budgets: &[&str],
+) -> anyhow::Result<()> {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(120),
+        "every budget allows one eviction",
+        || async {
+            for name in budgets {
+                let allowed = pdbs
+                    .get(name)
+                    .await?
+                    .status
+                    .map(|status| status.disruptions_allowed);
+                anyhow::ensure!(allowed == Some(1), "{name}: disruptionsAllowed {allowed:?}");
+            }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// A client of the testbed's kubeconfig that reports a 429 instead of retrying it:
+/// kube's default retry layer would repeat a refused eviction until the budget allows it.
+async fn answers_once() -> anyhow::Result<kube::Client> {
+    let kubeconfig = std::env::var_os("KUBECONFIG").context("KUBECONFIG is not set")?;
+    let mut config =
+        vko_testbed::controlplane::config_from_kubeconfig(std::path::Path::new(&kubeconfig))
+            .await?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Asks the eviction API (what `kubectl drain` calls) to evict `pod`: `Ok` once it is evicted,
+/// `Ok(Err(code))` when the API refused it.
+async fn evict(pods: &Api<Pod>, pod: &str) -> anyhow::Result<Result<(), u16>> {
+    match pods.evict(pod, &EvictParams::default()).await {
+        Ok(status) if status.is_success() => Ok(Ok(())),
+        Ok(status) => Err(anyhow::anyhow!("evicting {pod}: {status:?}")),
+        Err(kube::Error::Api(status)) => Ok(Err(status.code)),
+        Err(error) => Err(anyhow::anyhow!("evicting {pod}: {error}")),
+    }
+}
+
+/// A drain's evictions (the eviction API, as `kubectl drain` uses it, without cordoning a node the
+/// concurrently running tests share): the master pod is evicted and hands over through the
+/// sidecar's preStop `/drain` under write load, losing no acknowledged write; meanwhile the data
+/// budget refuses a second data pod (429) and the Sentinel budget a second Sentinel, and the
+/// refused replica is evicted once the cluster is whole again (serialised, not blocked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write() {
+async fn evicting_the_master_pod_hands_over_without_losing_an_acknowledged_write() {
     let _serial = SERIAL.lock().await;
     let test = OperatorTest::start("op-drain").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
-    let old_master = create_ha(&client, &ns, "").await.unwrap();
+    let old_master = create_ha(&client, &ns, ", podDisruptionBudget: {enabled: true}")
+        .await
+        .unwrap();
+    let sentinel_budget = format!("{NAME}-sentinel");
+    budgets_allow_one(&client, &ns, &[NAME, &sentinel_budget])
+        .await
+        .unwrap();
 
     let writer = Writer::start(
         client.clone(),
@@ -164,22 +225,53 @@ async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write
         None,
     );
     wait_for_writes(&writer, 300).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let deleted_at = Instant::now();
-    pods.delete(&old_master, &DeleteParams::default())
-        .await
+    let pods: Api<Pod> = Api::namespaced(answers_once().await.unwrap(), &ns);
+    let evicted_at = Instant::now();
+    evict(&pods, &old_master).await.unwrap().unwrap();
+    let replica = (0..3)
+        .map(|ordinal| format!("{NAME}-{ordinal}"))
+        .find(|pod| pod != &old_master)
         .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let budget_before = pdbs.get(NAME).await.unwrap().status;
+    let second = evict(&pods, &replica).await.unwrap();
+    let budget_after = pdbs.get(NAME).await.unwrap().status;
+    assert_eq!(
+        second,
+        Err(429),
+        "a second data pod was evicted while the master's eviction was under way; \
+         budget before it: {budget_before:?}; after: {budget_after:?}"
+    );
+    evict(&pods, &format!("{NAME}-sentinel-0"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        evict(&pods, &format!("{NAME}-sentinel-1")).await.unwrap(),
+        Err(429),
+        "a second Sentinel was evicted: the failover quorum was not kept"
+    );
     let (master, took) = new_master(
         &client,
         &ns,
         &old_master,
-        deleted_at,
+        evicted_at,
         Duration::from_secs(60),
     )
     .await
     .unwrap();
-    eprintln!("graceful handover: {old_master} -> {master} in {took:?}");
+    eprintln!(
+        "eviction handover: {old_master} -> {master} in {took:?}; {replica} and a second Sentinel refused (429)"
+    );
     whole_again(&client, &ns, &master).await.unwrap();
+    budgets_allow_one(&client, &ns, &[NAME, &sentinel_budget])
+        .await
+        .unwrap();
+    if replica != master {
+        evict(&pods, &replica).await.unwrap().unwrap();
+        eprintln!("{replica} evicted once the cluster was whole again");
+        whole_again(&client, &ns, &master).await.unwrap();
+    }
     let after = writer.acked().await;
     wait_for_writes(&writer, after + 300).await;
     let log = writer.stop().await;
@@ -187,7 +279,7 @@ async fn deleting_the_master_pod_hands_over_without_losing_an_acknowledged_write
     let ip = master_ip(&client, &ns).await.unwrap();
     let missing = missing_keys(&ip, &log.acked).await.unwrap();
     eprintln!(
-        "graceful handover: {} writes OK'd, {} lost, longest gap between OKs {:?}, {} errors (first: {:?})",
+        "eviction handover: {} writes OK'd, {} lost, longest gap between OKs {:?}, {} errors (first: {:?})",
         log.acked.len(),
         missing.len(),
         log.longest_gap(),

@@ -49,6 +49,11 @@ impl KubeClients {
         leadership: Leadership,
     ) -> anyhow::Result<KubeClients> {
         config.connect_timeout = Some(connect);
+        // kube's default retry layer sits inside the leader gate and repeats a 429/503/504 up to
+        // 15 times with backoff (minutes in all): a write let through while leading could reach
+        // the API server after the Lease has passed to another operator, and every deadline
+        // would be per attempt. Failed calls fail the pass, which requeues with its own backoff.
+        config.default_retry = false;
         let watch = kube::Client::try_from(config.clone()).context("building the watch client")?;
         config.read_timeout = Some(response);
         // The deadline counts from the request, not from when its pooled connection went idle.
@@ -160,6 +165,71 @@ mod tests {
             2,
             "the Lease client writes regardless of the gate"
         );
+    }
+
+    /// An API server that answers every request `503 Service Unavailable`; the count is of the
+    /// requests it answered.
+    async fn clients_of_an_unavailable_api_server() -> (KubeClients, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let body =
+                        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":503}"#;
+                    let answer = format!(
+                        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let clients = KubeClients::with_deadlines(
+            kube::Config::new(url),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Leadership::unconditional(),
+        )
+        .unwrap();
+        (clients, requests)
+    }
+
+    /// A 503 (likewise 429, 504) fails the call at once: nothing in the client repeats a write
+    /// that passed the leader gate, perhaps after the Lease has moved on.
+    #[tokio::test]
+    async fn an_unavailable_api_server_is_asked_once_per_call() {
+        let (clients, requests) = clients_of_an_unavailable_api_server().await;
+        for client in [&clients.request, &clients.lease, &clients.watch] {
+            let before = requests.load(Ordering::SeqCst);
+            let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns");
+            let written = config_maps
+                .create(&PostParams::default(), &ConfigMap::default())
+                .await;
+            assert!(
+                matches!(written, Err(kube::Error::Api(ref status)) if status.code == 503),
+                "{written:?}"
+            );
+            // Time for any retry to go out (kube's first backoff step is 5 ms).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(requests.load(Ordering::SeqCst), before + 1, "asked once");
+        }
     }
 
     /// An API server that accepts connections and never answers: the request client gives up

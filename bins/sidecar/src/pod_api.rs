@@ -59,11 +59,15 @@ pub struct KubePodApi {
 }
 
 /// The pod's own ServiceAccount credentials (`KUBERNETES_SERVICE_HOST`, the mounted token and CA),
-/// never a kubeconfig: a sidecar runs only in its pod. Connects within the shared deadline.
+/// never a kubeconfig: a sidecar runs only in its pod. Connects within the shared deadline, and
+/// asks once per call: kube's default retry layer repeats a 429/503/504 up to 15 times (minutes in
+/// all), so a label or Lease write could land long after the sidecar decided it, and a deadline
+/// would hold per attempt only. The sidecar's loops retry on their own schedule.
 pub(crate) fn in_cluster_config() -> Result<kube::Config> {
     let mut config = kube::Config::incluster()
         .map_err(|e| SidecarError::Kube(format!("in-cluster client configuration: {e}")))?;
     config.connect_timeout = Some(kube_api::CONNECT_TIMEOUT);
+    config.default_retry = false;
     Ok(config)
 }
 
