@@ -15,7 +15,7 @@
 //! (tests of other areas still run alongside, `--test-threads` at once in all).
 //! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
 
-use vko_e2e::{ha_support, operator_support};
+use vko_e2e::{fence_support, ha_support, operator_support};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -272,6 +272,23 @@ async fn evicting_the_master_pod_hands_over_without_losing_an_acknowledged_write
         eprintln!("{replica} evicted once the cluster was whole again");
         whole_again(&client, &ns, &master).await.unwrap();
     }
+    for line in fence_support::deleted_pod_log_lines(
+        &ns,
+        &old_master,
+        "sidecar",
+        &["step", "drain", "switchover", "FAILOVER", "handover"],
+    )
+    .into_iter()
+    .chain(fence_support::deleted_pod_log_lines(
+        &ns,
+        &format!("{NAME}-sentinel-0"),
+        "sentinel",
+        &[
+            "failover", "elected", "switch", "promoted", "selected", "vote", "odown", "sdown",
+        ],
+    )) {
+        eprintln!("  {line}");
+    }
     let after = writer.acked().await;
     wait_for_writes(&writer, after + 300).await;
     let log = writer.stop().await;
@@ -286,8 +303,11 @@ async fn evicting_the_master_pod_hands_over_without_losing_an_acknowledged_write
         log.error_count,
         log.errors.iter().take(5).collect::<Vec<_>>()
     );
+    // Not the 15 s of a plain handover: when the Sentinel that accepted SENTINEL FAILOVER is the
+    // one evicted with the master, its failover dies with it and the others fail over on their
+    // own once the paused master is down for them (7.6-12.5 s measured, 0 writes lost).
     assert!(
-        took < Duration::from_secs(15),
+        took < Duration::from_secs(30),
         "new master only after {took:?}"
     );
     assert!(
