@@ -217,6 +217,15 @@ pub const READY_SCRIPT: &str =
 /// with a script, so a long load is never killed by the liveness probe.
 pub const ALIVE_SCRIPT: &str = r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; case "$reply" in PONG|LOADING*|BUSY*) exit 0;; *) exit 1;; esac"#;
 
+/// The Sentinel container's preStop: while this Sentinel leads a failover of the monitored
+/// master (`failover_in_progress` in `SENTINEL MASTER`), it is not stopped, for at most 20 s. A
+/// drain evicts the master and the Sentinels on its node at once; the master's handover asks one
+/// Sentinel for `SENTINEL FAILOVER`, and if that Sentinel exits meanwhile the failover dies with
+/// it: the others then fail over only once the paused master is down for them (7.6-12.5 s without
+/// writes measured, against ~1.5 s). The first second lets a request already sent land. `$1` is
+/// the master's name, the rest `valkey-cli` arguments; the password comes from the environment.
+pub const SENTINEL_PRE_STOP_SCRIPT: &str = r#"name=$1; shift; sleep 1; n=0; while [ $n -lt 40 ]; do out=$(valkey-cli "$@" sentinel master "$name" 2>&1) || exit 0; case "$out" in *failover_in_progress*) ;; *) exit 0;; esac; sleep 0.5; n=$((n+1)); done"#;
+
 /// `valkey-cli` connection arguments for a local probe on `port`.
 pub fn cli_args(port: i32, tls: bool) -> Vec<String> {
     let mut args = vec![

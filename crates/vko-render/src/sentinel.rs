@@ -2,20 +2,23 @@
 //! `sentinel`.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, SecretVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ExecAction, Lifecycle, LifecycleHandler, SecretVolumeSource,
+    Volume,
+};
 
 use crate::conf::SENTINEL_CONF_KEY;
 use crate::labels::Component;
 use crate::pod::{
-    CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, TLS_HASH_ENV, Timing, cli_args, cluster_args,
-    container_port, container_security_context, env_value, mount, password_env, paths,
-    pod_identity_env, script_probe, sidecar_binary_container, tls_args,
+    CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, SENTINEL_PRE_STOP_SCRIPT, TLS_HASH_ENV, Timing,
+    cli_args, cluster_args, container_port, container_security_context, env_value, mount,
+    password_env, paths, pod_identity_env, script_probe, sidecar_binary_container, tls_args,
 };
 use crate::pod::{secret_scratch_volume, tls_mount};
 use crate::tier::{self, PodMetadata, Tier};
 use crate::{Ctx, RenderError, TierHashes, TlsSecrets};
 
-/// Sentinel keeps no state worth a handover; the Kubernetes default.
+/// Sentinel keeps no state worth a handover; the Kubernetes default, above the preStop's 21 s.
 pub const SENTINEL_TERMINATION_GRACE_SECONDS: i64 = 30;
 
 mod volume {
@@ -163,8 +166,31 @@ fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>)
                 failure_threshold: 5,
             },
         )),
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(sentinel_pre_stop_command(ctx.names.name(), &probe_args)),
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
         volume_mounts: Some(mounts),
         security_context: Some(container_security_context()),
         ..Container::default()
     }
+}
+
+/// `sh -c SENTINEL_PRE_STOP_SCRIPT pre-stop <master name> <valkey-cli args...>`: every value a
+/// positional argument, none parsed by the shell.
+fn sentinel_pre_stop_command(master_name: &str, cli_args: &[String]) -> Vec<String> {
+    let mut command = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        SENTINEL_PRE_STOP_SCRIPT.to_owned(),
+        "pre-stop".to_owned(),
+        master_name.to_owned(),
+    ];
+    command.extend(cli_args.iter().cloned());
+    command
 }

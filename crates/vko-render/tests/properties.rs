@@ -361,13 +361,20 @@ proptest! {
         let tame = render(&self::valkey(&tame), &inputs).expect("the tame variant renders");
         prop_assert_eq!(config_texts(&rendered), config_texts(&tame));
 
-        // Every shell is one of the fixed probe scripts, fed only fixed arguments.
+        // Every shell is one of the fixed probe scripts or the Sentinel's preStop, fed only fixed
+        // arguments (the preStop also the Valkey's name, a DNS label, as a positional argument).
         let objects = rendered.objects().expect("json");
         let scripts: BTreeSet<String> = shell_invocations(&tame.objects().expect("json"))
             .into_iter().map(|(script, _)| script).collect();
-        for (script, args) in shell_invocations(&objects) {
+        let name = value["metadata"]["name"].as_str().expect("a name").to_owned();
+        for (script, mut args) in shell_invocations(&objects) {
             prop_assert!(scripts.contains(&script) || scripts.is_empty());
-            prop_assert!(script.contains("valkey-cli \"$@\" ping"));
+            if script.contains("sentinel master \"$name\"") {
+                prop_assert_eq!(args.first(), Some(&name));
+                args.remove(0);
+            } else {
+                prop_assert!(script.contains("valkey-cli \"$@\" ping"));
+            }
             for arg in args {
                 prop_assert!(
                     ["-h", "127.0.0.1", "-p", "--tls", "--cacert", "/tls/ca.crt"].contains(&arg.as_str())
