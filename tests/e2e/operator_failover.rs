@@ -303,11 +303,11 @@ async fn evicting_the_master_pod_hands_over_without_losing_an_acknowledged_write
         log.error_count,
         log.errors.iter().take(5).collect::<Vec<_>>()
     );
-    // Not the 15 s of a plain handover: when the Sentinel that accepted SENTINEL FAILOVER is the
-    // one evicted with the master, its failover dies with it and the others fail over on their
-    // own once the paused master is down for them (7.6-12.5 s measured, 0 writes lost).
+    // The Sentinel that accepted SENTINEL FAILOVER is often the one evicted with the master: its
+    // preStop keeps it up until the failover ends (2.1 s, longest write gap 1.5 s, measured);
+    // without it the failover died with it (7.6-12.5 s, until the others failed over).
     assert!(
-        took < Duration::from_secs(30),
+        took < Duration::from_secs(15),
         "new master only after {took:?}"
     );
     assert!(
