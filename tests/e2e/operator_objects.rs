@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -893,6 +893,139 @@ async fn a_pod_that_cannot_start_is_named_with_its_own_reason() {
     wait_for_valkey(&valkeys, "img", "PHASE OK", TIMEOUT, ok_with(1))
         .await
         .unwrap();
+}
+
+/// The nodes (and their zones) the data pods `<name>-0..count` run on, once all are Ready.
+async fn placement(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    count: u32,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut placed = Vec::new();
+    for ordinal in 0..count {
+        let pod = pods.get(&format!("{name}-{ordinal}")).await?;
+        let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+        let zone = nodes
+            .get(&node)
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("topology.kubernetes.io/zone")
+            .cloned()
+            .unwrap_or_default();
+        placed.push((node, zone));
+    }
+    Ok(placed)
+}
+
+/// The pod template's anti-affinity terms: (required topology keys, preferred topology keys).
+async fn anti_affinity_terms(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(&format!("{name}-0"))
+        .await?;
+    let anti = pod
+        .spec
+        .and_then(|spec| spec.affinity)
+        .and_then(|affinity| affinity.pod_anti_affinity);
+    let required = anti
+        .as_ref()
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|terms| terms.iter().map(|t| t.topology_key.clone()).collect())
+        .unwrap_or_default();
+    let preferred = anti
+        .as_ref()
+        .and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|terms| {
+            terms
+                .iter()
+                .map(|t| t.pod_affinity_term.topology_key.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((required, preferred))
+}
+
+/// Anti-affinity with the real scheduler (the testbed's three nodes are in three zones): hard
+/// spreading by zone puts 3 pods in 3 zones; soft never leaves a pod Pending (4 pods on 3 nodes all
+/// run); off renders no term. (Hard by node, with a 4th pod Pending, is shown by
+/// `a_pod_that_cannot_start_is_named_with_its_own_reason`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anti_affinity_by_zone_soft_and_off_with_the_scheduler() {
+    let test = OperatorTest::start("op-spread").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    for (name, replicas, anti_affinity) in [
+        (
+            "zones",
+            3,
+            ", antiAffinity: {mode: hard, topologyKey: topology.kubernetes.io/zone}",
+        ),
+        ("soft", 4, ", antiAffinity: {mode: soft}"),
+        ("off", 1, ""),
+    ] {
+        apply_yaml(
+            &client,
+            &ns,
+            &format!(
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {name}}}\n\
+                 spec: {{replicas: {replicas}, image: valkey/valkey:8.0{anti_affinity}}}\n"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    for (name, replicas) in [("zones", 3), ("soft", 4), ("off", 1)] {
+        wait_for_valkey(
+            &valkeys,
+            name,
+            "PHASE OK",
+            Duration::from_secs(180),
+            ok_with(replicas),
+        )
+        .await
+        .unwrap();
+    }
+
+    let zones = placement(&client, &ns, "zones", 3).await.unwrap();
+    let mut distinct: Vec<&String> = zones.iter().map(|(_, zone)| zone).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        3,
+        "hard by zone: 3 pods in 3 zones: {zones:?}"
+    );
+    assert!(distinct.iter().all(|zone| !zone.is_empty()), "{zones:?}");
+    assert_eq!(
+        anti_affinity_terms(&client, &ns, "zones").await.unwrap(),
+        (vec!["topology.kubernetes.io/zone".to_owned()], Vec::new())
+    );
+
+    let soft = placement(&client, &ns, "soft", 4).await.unwrap();
+    assert_eq!(
+        anti_affinity_terms(&client, &ns, "soft").await.unwrap(),
+        (Vec::new(), vec!["kubernetes.io/hostname".to_owned()])
+    );
+    assert_eq!(
+        anti_affinity_terms(&client, &ns, "off").await.unwrap(),
+        (Vec::new(), Vec::new())
+    );
+    eprintln!("hard by zone: {zones:?}; soft, 4 pods on 3 nodes, all running: {soft:?}");
+    test.cleanup().await.unwrap();
 }
 
 /// A hand-written PodDisruptionBudget under the data tier's budget name is left untouched and
