@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use ha_support::{
     Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, eventually, info,
     info_field, kill_valkey_server, missing_keys, sentinel_master_host,
@@ -180,10 +179,9 @@ async fn budgets_allow_one(
 /// A client of the testbed's kubeconfig that reports a 429 instead of retrying it:
 /// kube's default retry layer would repeat a refused eviction until the budget allows it.
 async fn answers_once() -> anyhow::Result<kube::Client> {
-    let kubeconfig = std::env::var_os("KUBECONFIG").context("KUBECONFIG is not set")?;
+    let testbed = vko_testbed::harness::Testbed::from_env().await?;
     let mut config =
-        vko_testbed::controlplane::config_from_kubeconfig(std::path::Path::new(&kubeconfig))
-            .await?;
+        vko_testbed::controlplane::config_from_kubeconfig(testbed.kubeconfig()).await?;
     config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }

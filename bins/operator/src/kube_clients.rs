@@ -99,10 +99,7 @@ mod tests {
         response: Duration,
         leadership: Leadership,
     ) -> (KubeClients, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, url) = local_server().await;
         let connections = Arc::new(AtomicUsize::new(0));
         let counted = connections.clone();
         tokio::spawn(async move {
@@ -167,14 +164,20 @@ mod tests {
         );
     }
 
+    /// A listener on a free local port, and the URL that reaches it.
+    async fn local_server() -> (tokio::net::TcpListener, http::Uri) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        (listener, url)
+    }
+
     /// An API server that answers every request `503 Service Unavailable`; the count is of the
     /// requests it answered.
     async fn clients_of_an_unavailable_api_server() -> (KubeClients, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, url) = local_server().await;
         let requests = Arc::new(AtomicUsize::new(0));
         let counted = requests.clone();
         tokio::spawn(async move {
