@@ -32,6 +32,7 @@ mod operator_migration;
 mod operator_objects;
 mod operator_observer;
 mod operator_optional_objects;
+mod operator_password_rotation;
 mod operator_pod_admission;
 mod operator_replicas;
 mod operator_roll;

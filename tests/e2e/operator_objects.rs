@@ -514,7 +514,7 @@ async fn put_password(secrets: &Api<Secret>, name: &str, password: &str) -> anyh
 /// An empty or blank password never means "no password": the operator holds the cluster back
 /// (`ReconcileBlocked/PasswordUnusable` naming the Secret and key, a Warning Event, no
 /// StatefulSet), and a data pod started while the Secret is empty never runs a server: the
-/// sidecar's init refuses `VALKEY_PASSWORD=""`.
+/// sidecar's init refuses an empty password file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_or_blank_password_is_refused_and_never_means_no_password() {
     let test = OperatorTest::start("op-pwempty").await.unwrap();
@@ -599,7 +599,7 @@ spec:
     assert_eq!(authed.trim(), "PONG");
 
     // Emptied under a running cluster: held back again, the running pod untouched; a pod started
-    // now gets VALKEY_PASSWORD="" and its sidecar init refuses to configure a server.
+    // now gets an empty password file and its sidecar init refuses to configure a server.
     put_password(&secrets, "pwe-password", "").await.unwrap();
     wait_for_valkey(
         &valkeys,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use vko_render::{Names, PASSWORD_ENV};
+use vko_render::{Names, PASSWORD_FILE_ENV};
 use vko_valkey::{Dialer, TlsFiles, TlsMaterial};
 
 use crate::check::Check;
@@ -119,6 +119,9 @@ pub struct Config {
     pub health_key: String,
     /// Expiry of the health key: it never outlives the observer by more than this.
     pub health_key_ttl: Duration,
+    /// The password file (auth on), read before every round: a rotated password is followed
+    /// without a restart, the previous one kept as the dialer's fallback.
+    pub password_file: Option<PathBuf>,
 }
 
 /// The key prefix; the rest is this observer's host name and a per-process random suffix, so
@@ -127,7 +130,7 @@ pub const HEALTH_KEY_PREFIX: &str = "vko:observer:health:";
 
 impl Cli {
     /// Resolves the host names (through vko-render's `Names`, the same names the operator
-    /// renders) and the dial options. `password` is the value of [`PASSWORD_ENV`].
+    /// renders) and the dial options. `password` is read from [`PASSWORD_FILE_ENV`]'s file.
     pub fn config(&self, password: Option<String>, instance: &str) -> Result<Config> {
         let names = Names::new(&self.cluster, &self.pod_namespace, &self.cluster_domain)
             .map_err(|e| ObserverError::Config(e.to_string()))?;
@@ -203,13 +206,12 @@ impl Cli {
         };
         let interval = Duration::from_secs(self.interval_seconds.max(1));
         let dialer = Dialer {
-            sentinel_password: password.clone().filter(|_| !self.sentinel_auth_disabled),
             tls: tls(&self.valkey_client_cert_file, &self.valkey_client_key_file),
             sentinel_tls: tls(
                 &self.sentinel_client_cert_file,
                 &self.sentinel_client_key_file,
             ),
-            ..Dialer::new(password)
+            ..Dialer::new(password).with_sentinel_auth(!self.sentinel_auth_disabled)
         };
         Ok(Config {
             listen_port: self.listen_port,
@@ -223,15 +225,24 @@ impl Cli {
             catch_up: Duration::from_secs(2),
             health_key: format!("{HEALTH_KEY_PREFIX}{instance}"),
             health_key_ttl: Duration::from_secs(60).max(interval * 4),
+            password_file: password_file_from_env(),
         })
     }
 }
 
-/// The password from [`PASSWORD_ENV`]: `None` when unset (auth off); set but empty, blank or not
-/// UTF-8 is an error (never taken to mean "no password").
-pub fn password_from_env() -> Result<Option<String>> {
-    vko_api::password_from_env_value(std::env::var_os(PASSWORD_ENV).as_deref())
-        .map_err(|e| ObserverError::Config(format!("{PASSWORD_ENV}: {e}")))
+/// The password file [`PASSWORD_FILE_ENV`] names (`None` when unset: auth off).
+pub fn password_file_from_env() -> Option<PathBuf> {
+    std::env::var_os(PASSWORD_FILE_ENV).map(PathBuf::from)
+}
+
+/// The password in `path`: an unreadable file or an empty, blank or non-UTF-8 password is an
+/// error (never taken to mean "no password").
+pub fn read_password_file(path: &std::path::Path) -> Result<String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| ObserverError::Config(format!("{}: {e}", path.display())))?;
+    vko_api::usable_password(&bytes)
+        .map(str::to_owned)
+        .map_err(|e| ObserverError::Config(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -350,8 +361,8 @@ mod tests {
             .unwrap()
             .config(Some("pw".into()), "x")
             .unwrap();
-        assert_eq!(cfg.dialer.sentinel_password, None);
-        assert_eq!(cfg.dialer.password.as_deref(), Some("pw"));
+        assert!(cfg.dialer.sentinel_password.is_none());
+        assert_eq!(cfg.dialer.password.current().as_deref(), Some("pw"));
         let tls = files(cfg.dialer.tls);
         assert_eq!(tls.ca, PathBuf::from("/tls/ca.crt"));
         assert!(tls.cert.is_none() && tls.key.is_none());

@@ -3,7 +3,7 @@
 use std::hash::{BuildHasher, Hasher};
 
 use clap::Parser;
-use vko_observer::cli::{Cli, password_from_env};
+use vko_observer::cli::{Cli, password_file_from_env, read_password_file};
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -39,7 +39,10 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_level.as_str());
     vko_valkey::install_default_crypto_provider();
-    let config = password_from_env().and_then(|password| cli.config(password, &instance_id()));
+    let config = password_file_from_env()
+        .map(|path| read_password_file(&path))
+        .transpose()
+        .and_then(|password| cli.config(password, &instance_id()));
     let result = match config {
         Ok(cfg) => vko_observer::run::run(cfg, env!("CARGO_PKG_VERSION")).await,
         Err(e) => Err(e),

@@ -175,6 +175,18 @@ pub async fn rounds(cfg: &Config, shared: &Shared, stop: &CancellationToken) {
             _ = ticker.tick() => {}
         }
         round += 1;
+        if let Some(path) = &cfg.password_file {
+            match crate::cli::read_password_file(path) {
+                Ok(password) => {
+                    if cfg.dialer.password.rotate_to(password) {
+                        tracing::info!("the password file changed; dialling with the new password");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "password file unusable; keeping the password in use")
+                }
+            }
+        }
         let started = Instant::now();
         let observation = tokio::select! {
             _ = stop.cancelled() => return,

@@ -136,6 +136,7 @@ fn config(data: &[&Instance], sentinels: &[&Instance]) -> Config {
         catch_up: Duration::from_secs(2),
         health_key: KEY.into(),
         health_key_ttl: Duration::from_secs(60),
+        password_file: None,
     }
 }
 

@@ -86,6 +86,9 @@ pub struct Context {
     lease_sightings: Mutex<HashMap<ObjectRef<Valkey>, vko_authority::LeaseSighting>>,
     /// What this process's last status write of each Valkey returned (ADR 0027).
     own_writes: OwnWrites,
+    /// The password each cluster was last dialled with, the fallback while a rotation runs
+    /// (ADR 0035).
+    passwords: crate::password::Remembered,
     /// This process's monotonic clock, for the Lease sightings.
     clock: std::time::Instant,
 }
@@ -112,6 +115,7 @@ impl Context {
             secret_data: secrets::SecretData::default(),
             lease_sightings: Mutex::new(HashMap::new()),
             own_writes: OwnWrites::default(),
+            passwords: crate::password::Remembered::default(),
             clock: std::time::Instant::now(),
         }
     }
@@ -433,6 +437,7 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let Some(target) = Target::of(&valkey, &ctx.config)? else {
         // Being deleted: the garbage collector removes the children through their ownerReferences.
         ctx.own_writes.forget(&valkey.uid().unwrap_or_default());
+        ctx.passwords.forget(&valkey.uid().unwrap_or_default());
         return Ok(Action::await_change());
     };
     let pass = Pass {
@@ -801,20 +806,19 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
     let replicas = observed.data_replicas.apply.max(spec.replicas_u32());
     let ports = PortPlan::of(spec);
     let secrets = &observed.secrets;
-    let dialer = Dialer {
-        sentinel_password: secrets
-            .password
-            .clone()
-            .filter(|_| !spec.sentinel_auth_disabled()),
-        ..Dialer::new(secrets.password.clone())
-    }
-    .with_tls(
-        secrets
-            .tls
-            .clone()
-            .filter(|_| ports.tls)
-            .map(TlsMaterial::Pem),
-    );
+    let credentials =
+        pass.ctx
+            .passwords
+            .for_cluster(uid, spec.auth_enabled(), secrets.password.as_deref());
+    let dialer = Dialer::with_credentials(credentials)
+        .with_sentinel_auth(!spec.sentinel_auth_disabled())
+        .with_tls(
+            secrets
+                .tls
+                .clone()
+                .filter(|_| ports.tls)
+                .map(TlsMaterial::Pem),
+        );
     let dialer = dataplane::by_pod_ip(
         dialer,
         observed.data_pods.values().chain(&observed.sentinel_pods),
@@ -888,6 +892,8 @@ struct Acted {
     roll: Option<roll::RollStep>,
     /// A Sentinel still remembers what a scale-down removed (reset one at a time, ADR 0024).
     sentinels_to_forget: bool,
+    /// The password rotation after this pass (ADR 0035); `None` without auth or not evaluated.
+    password_rotation: Option<vko_status::password::PasswordRotation>,
 }
 
 async fn act(
@@ -981,11 +987,82 @@ async fn act(
         spec.sentinel_enabled() && plane.statefulset_exists && roll_idle && !authority.acted && {
             reset_one_sentinel(pass, observed, plane, problems).await
         };
+    let password_rotation = if plane.statefulset_exists && !authority.acted {
+        rotate_password(pass, observed, plane).await
+    } else {
+        None
+    };
     Acted {
         authority,
         roll,
         sentinels_to_forget,
+        password_rotation,
     }
+}
+
+/// With auth on: the password rotation's step (ADR 0035).
+async fn rotate_password(
+    pass: &Pass<'_>,
+    observed: &Observed,
+    plane: &DataPlane,
+) -> Option<vko_status::password::PasswordRotation> {
+    let spec = &pass.valkey.spec;
+    let password = observed.secrets.password.as_deref()?;
+    let grace = match spec.old_password_grace_period() {
+        Ok(grace) => grace,
+        Err(error) => {
+            // The CRD admits only durations; one that still does not parse (an overflow) holds
+            // the rotation where it is: the old password stays accepted.
+            tracing::warn!(namespace = %pass.target.namespace, name = %pass.target.name, %error, "spec.auth.oldPasswordGracePeriod does not parse; the password rotation waits");
+            return None;
+        }
+    };
+    let names = &pass.target.names;
+    let data = (0..spec.replicas_u32())
+        .map(|ordinal| (names.data_pod(ordinal), ordinal))
+        .collect();
+    let sentinels = if spec.sentinel_enabled() {
+        (0..spec.sentinel_replicas_u32())
+            .map(|ordinal| {
+                (
+                    format!("{}-{ordinal}", names.sentinel_statefulset()),
+                    ordinal,
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let targets = crate::password::Targets {
+        dialer: &plane.dialer,
+        names,
+        valkey_port: plane.valkey_port,
+        sentinel_port: plane.sentinel_port,
+        data,
+        sentinels,
+        sentinel_auth: !spec.sentinel_auth_disabled(),
+    };
+    let accepted_since = pass
+        .valkey
+        .status
+        .as_ref()
+        .and_then(|status| status.password_rotation.as_ref())
+        .and_then(|record| u64::try_from(record.accepted_since).ok())
+        .map(vko_roll::Millis);
+    let plan = crate::password::Plan {
+        password,
+        grace,
+        accepted_since,
+        now: roll::now(),
+    };
+    let rotation = crate::password::rotate(&targets, &plan, &pass.ctx.leadership).await;
+    if rotation.step == vko_roll::password::PasswordStep::Settled {
+        plane.dialer.password.forget_previous();
+    }
+    if let Some(failure) = &rotation.failure {
+        tracing::warn!(namespace = %pass.target.namespace, name = %pass.target.name, failure, "retiring the old password failed");
+    }
+    Some(rotation)
 }
 
 /// With Sentinel, on a calm cluster with no roll in flight: `SENTINEL RESET` on at most one
@@ -1443,6 +1520,7 @@ fn snapshot(
         tls_material: spec
             .tls_enabled()
             .then(|| tier_fingerprints(spec, observed)),
+        password_rotation: acted.password_rotation.clone(),
     }
 }
 
@@ -1580,6 +1658,12 @@ fn outcome(
         recheck.clamp(Duration::from_millis(200), Duration::from_secs(5))
     } else if acted.sentinels_to_forget {
         SENTINEL_RESET_RECHECK
+    } else if let Some(recheck) = acted
+        .password_rotation
+        .as_ref()
+        .and_then(|rotation| vko_roll::password::recheck(&rotation.step, roll::now()))
+    {
+        recheck
     } else if verdict.ready {
         Duration::from_secs(60)
     } else {

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod nudge;
 pub mod own_writes;
+pub mod password;
 pub mod readiness;
 pub mod roll;
 pub mod scale;

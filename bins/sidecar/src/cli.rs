@@ -1,6 +1,7 @@
 //! Command line: exactly the arguments vko-render puts on the `init`, `init-sentinel` and
 //! `sidecar` containers (crates/vko-render/src/{pod,data,sentinel}.rs), plus the pod's identity
-//! from the downward API. The password comes only from the environment, never from argv.
+//! from the downward API. The password comes only from its file (`VKO_PASSWORD_FILE`, a Secret
+//! volume), never from argv.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,23 +129,31 @@ pub struct RunArgs {
     /// pauses its writes. Must stay below Sentinel's down-after.
     #[arg(long, default_value_t = vko_authority::DEFAULT_FENCE_AFTER.as_millis() as u64)]
     pub fence_after_ms: u64,
+    /// redis_exporter's password map, rewritten when the password rotates (auth and metrics on).
+    #[arg(long, requires_all = ["exporter_redis_addr", "exporter_port"])]
+    pub exporter_password_file: Option<PathBuf>,
+    /// The exporter's `REDIS_ADDR`, the password map's only key.
+    #[arg(long, env = vko_render::EXPORTER_ADDR_ENV)]
+    pub exporter_redis_addr: Option<String>,
+    /// The exporter's port, asked to reload its password map.
+    #[arg(long)]
+    pub exporter_port: Option<u16>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
 
-/// The env var with the password, as vko-render puts it on the containers.
-pub use vko_render::PASSWORD_ENV;
+/// The env var with the password file's path, as vko-render puts it on the containers.
+pub use vko_render::PASSWORD_FILE_ENV;
 
-/// `VALKEY_PASSWORD`: `None` when unset (auth off); set but empty, blank or not UTF-8 is refused,
-/// so no server is ever started without the password the spec asks for.
-pub fn password_from_env() -> Result<Option<String>> {
-    vko_api::password_from_env_value(std::env::var_os(PASSWORD_ENV).as_deref()).map_err(|e| {
-        SidecarError::Config(format!(
-            "{PASSWORD_ENV} (the auth Secret's password): {e}; refusing to run without it"
-        ))
-    })
+/// The password in the file `VKO_PASSWORD_FILE` names: `None` when the variable is unset (auth
+/// off); an unreadable file or an empty, blank or non-UTF-8 password is refused, so no server is
+/// ever started without the password the spec asks for.
+pub fn password_from_file_env() -> Result<Option<String>> {
+    std::env::var_os(PASSWORD_FILE_ENV)
+        .map(|path| crate::password::read_password_file(std::path::Path::new(&path)))
+        .transpose()
 }
 
 impl TlsArgs {
@@ -226,7 +235,7 @@ impl PodApi for NoPodApi {
 }
 
 pub async fn run_init(args: InitArgs) -> Result<()> {
-    let password = password_from_env()?;
+    let password = password_from_file_env()?;
     let node = Node {
         topology: args.cluster.topology(args.replica_config.clone())?,
         dialer: args.tls.dialer(password.clone()),
@@ -265,7 +274,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
         .into_iter()
         .filter(|s| *s != me)
         .collect();
-    let password = password_from_env()?;
+    let password = password_from_file_env()?;
     let dialer = args.tls.dialer(password.clone());
     let init = SentinelInit {
         template: args.template,
@@ -284,7 +293,7 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
 }
 
 pub async fn run_sidecar(args: RunArgs) -> Result<()> {
-    let password = password_from_env()?;
+    let password = password_from_file_env()?;
     let pods = KubePodApi::in_cluster(&args.cluster.pod_namespace, &args.cluster.pod_name).await?;
     // Without Sentinel the master Lease is the authority (ADR 0022).
     let lease: Option<Arc<dyn LeaseApi>> = match args.cluster.sentinel_monitor {
@@ -297,9 +306,32 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
             .await?,
         )),
     };
+    // The server accepts what its effective config said when it started: dial with that, so a
+    // sidecar restarted after the Secret changed still reaches it and hands it the new password.
+    let started_with = conf::read_optional(&args.active_config)?
+        .as_deref()
+        .and_then(conf::requirepass_of);
+    let watch = password.is_some().then(|| crate::password::PasswordWatch {
+        file: std::env::var_os(PASSWORD_FILE_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+        sentinel_auth: !args.cluster.sentinel_auth_disabled,
+        exporter: match (
+            &args.exporter_password_file,
+            &args.exporter_redis_addr,
+            args.exporter_port,
+        ) {
+            (Some(path), Some(address), Some(port)) => Some(crate::password::ExporterMap {
+                path: path.clone(),
+                address: address.clone(),
+                port,
+            }),
+            _ => None,
+        },
+    });
     let node = Node {
         topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,
-        dialer: args.tls.dialer(password),
+        dialer: args.tls.dialer(started_with.or(password)),
         pods: Arc::new(pods),
         lease,
         my_pod: args.cluster.pod_name.clone(),
@@ -314,7 +346,7 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
         ..crate::fence::FenceSettings::default()
     };
     let shared = crate::run::Shared::with_fence_settings(Arc::new(node), settings, fence_settings);
-    crate::run::run(shared, args.health_port).await
+    crate::run::run(shared, args.health_port, watch).await
 }
 
 #[cfg(test)]

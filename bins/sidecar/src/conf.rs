@@ -142,6 +142,34 @@ pub fn with_role_line(text: &str, role: &RoleLine) -> String {
     join(lines)
 }
 
+/// `text` with its `requirepass` and `masterauth` set to `password` (a rotated password, ADR
+/// 0035), placed before the role line, which stays last.
+pub fn with_password(text: &str, password: &str) -> String {
+    let mut lines = without_directives(text, &["requirepass", "masterauth"]);
+    let role_at = lines
+        .iter()
+        .position(|line| is_role_directive(line))
+        .unwrap_or(lines.len());
+    lines.splice(
+        role_at..role_at,
+        [
+            format!("requirepass {}", quote_arg(password)),
+            format!("masterauth {}", quote_arg(password)),
+        ],
+    );
+    join(lines)
+}
+
+/// The `requirepass` `text` holds (the last one wins, as in Valkey): what the server started
+/// from it accepts.
+pub fn requirepass_of(text: &str) -> Option<String> {
+    text.lines()
+        .filter(|line| first_token(line).as_deref() == Some("requirepass"))
+        .filter_map(tokens)
+        .filter_map(|t| t.get(1).cloned())
+        .next_back()
+}
+
 /// The role directive `text` holds (the last one wins, as in Valkey).
 pub fn role_line_of(text: &str) -> RoleLine {
     let mut role = RoleLine::Master;
@@ -283,6 +311,12 @@ pub fn sentinel_config(
     Ok(join(lines))
 }
 
+/// The copy of the password the probes of the `valkey` container read, next to the effective
+/// config (`vko_render::paths::ACTIVE_PASSWORD_FILE` for the rendered path).
+pub fn probe_password_path(active_config: &Path) -> std::path::PathBuf {
+    active_config.with_file_name("password")
+}
+
 /// Write `text` to `path` readable only by its owner (it holds the password), atomically: a
 /// temporary file in the same directory, then a rename, so a reader never sees half a file.
 pub fn write_private(path: &Path, text: &str) -> Result<()> {
@@ -321,6 +355,48 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn the_probe_password_copy_is_where_the_rendered_probes_read_it() {
+        use vko_render::paths;
+        assert_eq!(
+            probe_password_path(Path::new(paths::ACTIVE_CONFIG_FILE)),
+            Path::new(paths::ACTIVE_PASSWORD_FILE)
+        );
+    }
+
+    #[test]
+    fn a_rotated_password_replaces_requirepass_and_masterauth_and_the_role_line_stays_last() {
+        let me = Identity {
+            announce_host: "v-0.h",
+            announce_port: 6379,
+            password: Some("old"),
+        };
+        let role = RoleLine::ReplicaOf(Endpoint::new("v-1.h", 6379));
+        let before = active_config("port 6379\nrequirepass x\n", &me, &role);
+        let after = with_password(&before, "n e\"w");
+        assert_eq!(
+            directives(&after, "requirepass"),
+            vec![vec![b"requirepass".to_vec(), b"n e\"w".to_vec()]]
+        );
+        assert_eq!(
+            directives(&after, "masterauth"),
+            vec![vec![b"masterauth".to_vec(), b"n e\"w".to_vec()]]
+        );
+        assert_eq!(role_line_of(&after), role);
+        assert!(
+            after.trim_end().ends_with("replicaof v-1.h 6379"),
+            "{after}"
+        );
+        assert_eq!(
+            with_password(&after, "n e\"w"),
+            after,
+            "the same password changes nothing"
+        );
+        assert_eq!(requirepass_of(&before).as_deref(), Some("old"));
+        assert_eq!(requirepass_of(&after).as_deref(), Some("n e\"w"));
+        assert_eq!(requirepass_of("port 1\n"), None);
+    }
 
     const TEMPLATE: &str = "# Rendered by the vko operator.\nport 6379\nreplicaof vk-0.vk-headless.ns.svc.cluster.local 6379\nsave \"\"\nappendonly no\n";
 

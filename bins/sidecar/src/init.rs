@@ -90,7 +90,11 @@ pub fn write_active_config(
     conf::write_private(
         &node.active_config,
         &conf::active_config(&template, &me, role),
-    )
+    )?;
+    if let Some(password) = password {
+        conf::write_private(&conf::probe_password_path(&node.active_config), password)?;
+    }
+    Ok(())
 }
 
 /// redis_exporter's password map (`--redis.password-file`): the password only under `address`,
@@ -106,8 +110,8 @@ pub fn exporter_password_map(address: &str, password: &str) -> Result<String> {
 pub fn write_exporter_passwords(path: &Path, address: &str, password: Option<&str>) -> Result<()> {
     let password = password.ok_or_else(|| {
         SidecarError::Config(format!(
-            "--exporter-password-file needs the password in {}",
-            crate::cli::PASSWORD_ENV
+            "--exporter-password-file needs the password file in {}",
+            crate::cli::PASSWORD_FILE_ENV
         ))
     })?;
     if address.is_empty() {

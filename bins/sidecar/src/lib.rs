@@ -11,6 +11,7 @@ pub mod handover;
 pub mod init;
 pub mod lease_api;
 pub mod node;
+pub mod password;
 pub mod pod_api;
 pub mod run;
 pub mod sentinel_init;

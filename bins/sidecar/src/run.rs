@@ -607,7 +607,11 @@ async fn until_stopped(
     }
 }
 
-pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
+pub async fn run(
+    shared: Arc<Shared>,
+    health_port: u16,
+    password: Option<crate::password::PasswordWatch>,
+) -> Result<()> {
     let addr = SocketAddr::from(([0, 0, 0, 0], health_port));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -625,6 +629,12 @@ pub async fn run(shared: Arc<Shared>, health_port: u16) -> Result<()> {
         ),
         ("label keeper", tokio::spawn(keep(shared.clone()))),
     ];
+    if let Some(watch) = password {
+        tasks.push((
+            "password watch",
+            tokio::spawn(crate::password::password_loop(shared.node.clone(), watch)),
+        ));
+    }
     if shared.node.topology.sentinel_enabled() {
         tasks.push((
             "fencer",

@@ -90,6 +90,8 @@ pub mod defaults {
     pub const TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
     /// `spec.rollingUpdate.syncTimeout`.
     pub const SYNC_TIMEOUT: &str = "5m";
+    /// `spec.auth.oldPasswordGracePeriod`.
+    pub const OLD_PASSWORD_GRACE_PERIOD: &str = "5m";
     /// Observer container CPU request when `spec.observer.resources` is omitted.
     pub const OBSERVER_CPU_REQUEST: &str = "50m";
     /// Observer container memory request when `spec.observer.resources` is omitted.

@@ -437,6 +437,16 @@ impl ValkeySpec {
 
     /// `rollingUpdate.syncTimeout` as a duration (default 5 minutes). Fails only on text the
     /// API server's validation would have refused.
+    /// `spec.auth.oldPasswordGracePeriod`, parsed.
+    pub fn old_password_grace_period(&self) -> Result<Duration, Error> {
+        let text = self
+            .auth
+            .as_ref()
+            .and_then(|a| a.old_password_grace_period.as_deref())
+            .unwrap_or(defaults::OLD_PASSWORD_GRACE_PERIOD);
+        parse_go_duration(text)
+    }
+
     pub fn sync_timeout(&self) -> Result<Duration, Error> {
         let text = self
             .rolling_update
@@ -565,6 +575,7 @@ mod tests {
             auth: Some(AuthSpec {
                 secret_name: Some("valkey-auth".into()),
                 secret_password_key: Some("pw".into()),
+                old_password_grace_period: Some("90s".into()),
             }),
             tls: Some(TlsSpec {
                 enabled: Some(true),
@@ -741,6 +752,28 @@ mod tests {
             spec.sync_timeout(),
             Err(Error::InvalidDuration { .. })
         ));
+    }
+
+    #[test]
+    fn the_old_password_grace_period_defaults_to_five_minutes_and_zero_is_allowed() {
+        assert_eq!(
+            minimal().old_password_grace_period(),
+            Ok(Duration::from_secs(300))
+        );
+        let with = |text: &str| ValkeySpec {
+            auth: Some(AuthSpec {
+                secret_name: Some("a".into()),
+                old_password_grace_period: Some(text.into()),
+                ..AuthSpec::default()
+            }),
+            ..minimal()
+        };
+        assert_eq!(with("0s").old_password_grace_period(), Ok(Duration::ZERO));
+        assert_eq!(
+            with("1m30s").old_password_grace_period(),
+            Ok(Duration::from_secs(90))
+        );
+        assert!(with("soon").old_password_grace_period().is_err());
     }
 
     #[test]

@@ -23,8 +23,8 @@ pub use spec::{
     ValkeySpec,
 };
 pub use status::{
-    ConditionReason, ConditionType, Phase, RollDeletedPod, RollProgress, RollSwitchover, RollWait,
-    RollingUpdateStatus, ValkeyStatus,
+    ConditionReason, ConditionType, PasswordRotationStatus, Phase, RollDeletedPod, RollProgress,
+    RollSwitchover, RollWait, RollingUpdateStatus, ValkeyStatus,
 };
 
 /// `apiVersion` of the resource.

@@ -5,7 +5,7 @@
 
 use crate::Error;
 
-/// The password in `value` (the auth Secret's key, or the sidecar's `VALKEY_PASSWORD`), or why it
+/// The password in `value` (the auth Secret's key, or the password file a pod reads), or why it
 /// cannot be used.
 pub fn usable_password(value: &[u8]) -> Result<&str, Error> {
     let text = std::str::from_utf8(value).map_err(|_| Error::UnusablePassword {

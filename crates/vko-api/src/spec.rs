@@ -242,6 +242,17 @@ pub struct AuthSpec {
         "message": "auth.secretPasswordKey must be a valid Secret key: letters, digits, '-', '_' and '.'"
     }]))]
     pub secret_password_key: Option<String>,
+
+    /// When the password in the Secret changes, how long the old one is still accepted once
+    /// every server and Sentinel accepts the new one: the time your clients have to move to the
+    /// new password. Nothing restarts. Keep it above the kubelet's Secret-volume update delay
+    /// (about a minute by default). A duration such as `5m`, `90s` or `0s`. Default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "5m"), length(max = 64), extend("x-kubernetes-validations" = [{
+        "rule": r"self.matches(r'^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",
+        "message": "auth.oldPasswordGracePeriod must be a duration such as 5m, 90s or 0s"
+    }]))]
+    pub old_password_grace_period: Option<String>,
 }
 
 /// TLS settings.

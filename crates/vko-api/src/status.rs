@@ -53,6 +53,20 @@ pub struct ValkeyStatus {
     /// flight. Written by the operator only; its fields are internal and may change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdateStatus>,
+
+    /// A password rotation past its first step (ADR 0035): every server and Sentinel accepts the
+    /// new password next to the old one. Absent otherwise. Written by the operator only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_rotation: Option<PasswordRotationStatus>,
+}
+
+/// The recorded state of a password rotation. Times are milliseconds since the Unix epoch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordRotationStatus {
+    /// When every server and Sentinel was first seen accepting the new password: the old one is
+    /// retired `spec.auth.oldPasswordGracePeriod` after it.
+    pub accepted_since: i64,
 }
 
 /// The recorded state of a rolling update (the operator's `vko-roll` `RollState`, field for
@@ -363,6 +377,9 @@ string_enum! {
         /// A master paused its writes because it cannot prove a Sentinel majority names it
         /// (ADR 0019); the sidecar's `vko.gtrfc.com/fenced` pod annotation says why and since when.
         MasterFenced => "MasterFenced",
+        /// The auth Secret's password changed and the old one is still accepted somewhere
+        /// (ADR 0035); the reason names the step.
+        PasswordRotation => "PasswordRotation",
     }
 }
 
@@ -521,6 +538,19 @@ string_enum! {
         AuthorityNeverProven => "AuthorityNeverProven",
         /// MasterFenced=False: no master is fenced any more.
         NoMasterFenced => "NoMasterFenced",
+        /// PasswordRotation=True: some pods do not accept the new password yet (the kubelet has
+        /// not updated their Secret volume, or their sidecar has not acted on it).
+        NewPasswordPending => "NewPasswordPending",
+        /// PasswordRotation=True: every server and Sentinel accepts both passwords; the old one
+        /// is retired when the grace period ends.
+        OldPasswordGracePeriod => "OldPasswordGracePeriod",
+        /// PasswordRotation=True: the grace period is over, but some data pods' sidecars still
+        /// use the old password (their Secret volume is not updated yet); the old one stays.
+        SidecarsOnOldPassword => "SidecarsOnOldPassword",
+        /// PasswordRotation=True: retiring the old password failed on a pod; retried.
+        OldPasswordRetireFailed => "OldPasswordRetireFailed",
+        /// PasswordRotation=False: every server and Sentinel accepts the new password only.
+        PasswordRotated => "PasswordRotated",
     }
 }
 
@@ -577,7 +607,7 @@ mod tests {
 
     #[test]
     fn condition_types_and_reasons_round_trip() {
-        assert_eq!(ConditionType::ALL.len(), 16);
+        assert_eq!(ConditionType::ALL.len(), 17);
         for ty in ConditionType::ALL {
             assert_eq!(ty.as_str().parse::<ConditionType>(), Ok(*ty));
             assert_eq!(serde_json::to_value(ty).unwrap(), ty.as_str());

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, Lifecycle,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, Lifecycle,
     LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PodAffinityTerm, PodAntiAffinity, PodSpec, ProjectedVolumeSource, SecretVolumeSource,
-    ServiceAccountTokenProjection, Volume, VolumeProjection, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -19,9 +19,9 @@ use vko_api::AntiAffinityMode;
 use crate::conf::{DATA_DIR, TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY};
 use crate::labels::Component;
 use crate::pod::{
-    ALIVE_SCRIPT, CLI_AUTH_ENV, EXPORTER_ADDR_ENV, PASSWORD_ENV, READY_SCRIPT, TLS_HASH_ENV,
-    Timing, cli_args, cluster_args, container_port, container_security_context, env_field,
-    env_value, http_probe, mount, operator_container_resources, password_env, paths,
+    ALIVE_SCRIPT, EXPORTER_ADDR_ENV, PASSWORD_FILE_ENV, READY_SCRIPT, TLS_HASH_ENV, Timing,
+    auth_volume, cli_args, cluster_args, container_port, container_security_context, env_field,
+    env_value, http_probe, mount, operator_container_resources, password_file, paths,
     pod_identity_env, script_probe, sidecar_binary_container, tls_args,
 };
 use crate::pod::{secret_scratch_volume, tls_mount};
@@ -165,15 +165,6 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     args.extend(cluster_args(ctx));
     args.extend(tls_args(tls));
     let mut env = pod_identity_env();
-    env.extend(password_env(ctx, PASSWORD_ENV));
-    if exporter_auth(ctx) {
-        args.push(format!(
-            "--exporter-password-file={}",
-            paths::EXPORTER_PASSWORD_FILE
-        ));
-        // After POD_NAME, which it may reference.
-        env.push(env_value(EXPORTER_ADDR_ENV, exporter_address(ctx, tls)));
-    }
     let mut mounts = vec![
         mount(volume::CONFIG, paths::MASTER_CONFIG_DIR, true),
         mount(volume::REPLICA_CONFIG, paths::REPLICA_CONFIG_DIR, true),
@@ -183,15 +174,44 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         mount(volume::DATA, DATA_DIR, false),
     ];
     mounts.extend(tls_mount(tls));
-    if exporter_auth(ctx) {
-        mounts.push(mount(
-            volume::EXPORTER_AUTH,
-            paths::EXPORTER_AUTH_DIR,
-            false,
-        ));
-    }
+    with_password_file(ctx, &mut env, &mut mounts);
+    with_exporter_map(ctx, tls, &mut args, &mut env, &mut mounts);
     let resources = Some(operator_container_resources());
     sidecar_binary_container(ctx, "init", args, env, mounts, resources)
+}
+
+/// The password file's env var and mount, when auth is on.
+fn with_password_file(ctx: &Ctx<'_>, env: &mut Vec<EnvVar>, mounts: &mut Vec<VolumeMount>) {
+    if let Some((var, auth_mount)) = password_file(ctx) {
+        env.push(var);
+        mounts.push(auth_mount);
+    }
+}
+
+/// With auth and metrics: where the exporter's password map goes and the address it is keyed
+/// by. The init writes it; the sidecar rewrites it when the password rotates and asks the
+/// exporter to reload it.
+fn with_exporter_map(
+    ctx: &Ctx<'_>,
+    tls: bool,
+    args: &mut Vec<String>,
+    env: &mut Vec<EnvVar>,
+    mounts: &mut Vec<VolumeMount>,
+) {
+    if !exporter_auth(ctx) {
+        return;
+    }
+    args.push(format!(
+        "--exporter-password-file={}",
+        paths::EXPORTER_PASSWORD_FILE
+    ));
+    // After POD_NAME, which it may reference.
+    env.push(env_value(EXPORTER_ADDR_ENV, exporter_address(ctx, tls)));
+    mounts.push(mount(
+        volume::EXPORTER_AUTH,
+        paths::EXPORTER_AUTH_DIR,
+        false,
+    ));
 }
 
 /// The data pod's server container (`spec.image`).
@@ -218,6 +238,14 @@ fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         mount(volume::DATA, DATA_DIR, false),
     ];
     mounts.extend(tls_mount(tls));
+    // Only the probes (exec'd in this container) read it; valkey-server ignores it. The copy in
+    // the effective config's directory: the password this pod's server was last given.
+    let env: Vec<EnvVar> = ctx
+        .spec
+        .auth_enabled()
+        .then(|| env_value(PASSWORD_FILE_ENV, paths::ACTIVE_PASSWORD_FILE))
+        .into_iter()
+        .collect();
     Container {
         name: VALKEY_CONTAINER.to_owned(),
         image: Some(ctx.spec.image.clone()),
@@ -231,8 +259,7 @@ fn valkey_container(ctx: &Ctx<'_>, tls: bool) -> Container {
                 .map(|(name, port)| container_port(name, port))
                 .collect(),
         ),
-        // Only the probes (exec'd in this container) read it; valkey-server ignores it.
-        env: password_env(ctx, CLI_AUTH_ENV).map(|e| vec![e]),
+        env: (!env.is_empty()).then_some(env),
         resources: ctx.spec.resources.clone(),
         // Listening can take a while on a slow volume; a long dataset load afterwards is
         // covered by the liveness probe accepting LOADING.
@@ -295,7 +322,6 @@ fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) 
     args.extend(cluster_args(ctx));
     args.extend(tls_args(tls));
     let mut env = pod_identity_env();
-    env.extend(password_env(ctx, PASSWORD_ENV));
     if tls && let Some(hash) = tls_material_hash {
         env.push(env_value(TLS_HASH_ENV, hash));
     }
@@ -308,6 +334,11 @@ fn sidecar_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>) 
         mount(volume::ACTIVE_CONFIG, paths::ACTIVE_CONFIG_DIR, false),
     ];
     mounts.extend(tls_mount(tls));
+    with_password_file(ctx, &mut env, &mut mounts);
+    with_exporter_map(ctx, tls, &mut args, &mut env, &mut mounts);
+    if exporter_auth(ctx) {
+        args.push(format!("--exporter-port={}", ctx.spec.metrics_port()));
+    }
     let resources = Some(operator_container_resources());
     Container {
         ports: Some(vec![container_port(port_names::HEALTH, SIDECAR_HEALTH)]),
@@ -428,6 +459,7 @@ fn volumes(ctx: &Ctx<'_>, tls: Option<&TlsSecrets>) -> Vec<Volume> {
         // In memory: the exporter's password map holds the password.
         volumes.push(secret_scratch_volume(volume::EXPORTER_AUTH));
     }
+    volumes.extend(auth_volume(ctx));
     if !ctx.spec.persistence_enabled() {
         volumes.push(Volume {
             name: volume::DATA.to_owned(),

@@ -73,7 +73,8 @@ pub use labels::{
 };
 pub use names::{MAX_NAME_LENGTH, Names};
 pub use pod::{
-    EXPORTER_ADDR_ENV, OBSERVER_BINARY, PASSWORD_ENV, SIDECAR_BINARY, TLS_HASH_ENV, paths,
+    ALIVE_SCRIPT, EXPORTER_ADDR_ENV, OBSERVER_BINARY, PASSWORD_FILE_ENV, READY_SCRIPT,
+    SIDECAR_BINARY, TLS_HASH_ENV, paths,
 };
 pub use ports::{PortPlan, SIDECAR_HEALTH};
 pub use version::{Feature, ValkeyVersion};

@@ -24,9 +24,8 @@ use crate::conf::{TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE};
 use crate::labels::{Component, METRICS_LABEL, merge_user_labels};
 use crate::names::{Names, is_certificate_dns_name};
 use crate::pod::{
-    OBSERVER_BINARY, PASSWORD_ENV, Timing, cluster_args, container_port,
-    container_security_context, env_field, http_probe, mount, password_env, paths,
-    pod_security_context,
+    OBSERVER_BINARY, Timing, auth_volume, cluster_args, container_port, container_security_context,
+    env_field, http_probe, mount, password_file, paths, pod_security_context,
 };
 use crate::ports::names as port_names;
 use crate::{Ctx, ObserverObjects, RenderError, SidecarRbac, TlsSecrets};
@@ -557,7 +556,12 @@ pub fn observer(
         }
     }
     let mut env = vec![env_field("POD_NAMESPACE", "metadata.namespace")];
-    env.extend(password_env(ctx, PASSWORD_ENV));
+    // Read on every round: a rotated password reaches the observer without a restart.
+    if let Some((var, auth_mount)) = password_file(ctx) {
+        env.push(var);
+        mounts.push(auth_mount);
+        volumes.extend(auth_volume(ctx));
+    }
     let container = Container {
         name: "observer".to_owned(),
         image: Some(ctx.inputs.operator_image.clone()),

@@ -3,8 +3,8 @@
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
-    HTTPGetAction, ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements,
-    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -22,6 +22,10 @@ pub mod paths {
     pub const ACTIVE_CONFIG_DIR: &str = "/etc/valkey-active";
     /// The effective config file `valkey-server` runs with.
     pub const ACTIVE_CONFIG_FILE: &str = "/etc/valkey-active/valkey.conf";
+    /// The password the data pod's own clients use (the init writes it, the sidecar rewrites
+    /// it once its server accepts a rotated one): what the `valkey` container's probes send. Not
+    /// the Secret volume's file, so an emptied or mistyped Secret never fails a probe.
+    pub const ACTIVE_PASSWORD_FILE: &str = "/etc/valkey-active/password";
     /// ConfigMap `<name>-sentinel-config`, read-only, in the Sentinel init container.
     pub const SENTINEL_TEMPLATE_DIR: &str = "/etc/sentinel-template";
     /// Writable in-memory directory Sentinel runs from (it rewrites its config).
@@ -37,17 +41,28 @@ pub mod paths {
     pub const EXPORTER_AUTH_DIR: &str = "/etc/vko-exporter";
     /// redis_exporter's password map (`--redis.password-file`): `{"<REDIS_ADDR>": "<password>"}`.
     pub const EXPORTER_PASSWORD_FILE: &str = "/etc/vko-exporter/passwords.json";
+    /// The auth Secret's password key as a file (a Secret volume, read-only). The kubelet
+    /// rewrites it in place when the Secret changes, which is how a running pod learns a
+    /// rotated password (ADR 0035).
+    pub const AUTH_DIR: &str = "/etc/vko-auth";
+    /// The password file in [`AUTH_DIR`].
+    pub const PASSWORD_FILE: &str = "/etc/vko-auth/password";
 }
+
+/// The auth Secret's volume in every generated pod that needs the password.
+pub const AUTH_VOLUME: &str = "auth";
 
 /// Binary of the sidecar, init and Sentinel init containers.
 pub const SIDECAR_BINARY: &str = "vko-sidecar";
 /// Binary of the observer.
 pub const OBSERVER_BINARY: &str = "vko-observer";
 
-/// Env var with the password (from the auth Secret) for the init containers and the sidecar.
-pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
-/// Env var `valkey-cli` reads the password from, so the probes never put it on a command line.
-pub const CLI_AUTH_ENV: &str = "REDISCLI_AUTH";
+/// Env var with the path of the password file ([`paths::PASSWORD_FILE`]) in the containers that
+/// send the password: set only when they must (auth on; for Sentinel's own probes, Sentinel's
+/// auth not disabled). The sidecar, the observer and the probe scripts read the file on every
+/// use, never an env var holding the password, so a rotated password reaches them without a
+/// restart.
+pub const PASSWORD_FILE_ENV: &str = "VKO_PASSWORD_FILE";
 /// Env var of the data init with the exact address the exporter dials (its `REDIS_ADDR`), the key
 /// of the exporter's password map.
 pub const EXPORTER_ADDR_ENV: &str = "VKO_EXPORTER_REDIS_ADDR";
@@ -128,20 +143,33 @@ pub fn pod_identity_env() -> Vec<EnvVar> {
     ]
 }
 
-/// `name` = the password from the auth Secret, when auth is on.
-pub fn password_env(ctx: &Ctx<'_>, name: &str) -> Option<EnvVar> {
+/// [`PASSWORD_FILE_ENV`] and the auth volume's mount, when auth is on.
+pub fn password_file(ctx: &Ctx<'_>) -> Option<(EnvVar, VolumeMount)> {
+    ctx.spec.auth_secret_name()?;
+    Some((
+        env_value(PASSWORD_FILE_ENV, paths::PASSWORD_FILE),
+        mount(AUTH_VOLUME, paths::AUTH_DIR, true),
+    ))
+}
+
+/// The auth Secret's password key as [`paths::PASSWORD_FILE`] (mode 0440: the pod's group, which
+/// every container runs as), when auth is on. Not optional: a missing Secret or key keeps the
+/// pod from starting, as the env var it replaces did.
+pub fn auth_volume(ctx: &Ctx<'_>) -> Option<Volume> {
     let secret = ctx.spec.auth_secret_name()?;
-    Some(EnvVar {
-        name: name.to_owned(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_owned(),
+    Some(Volume {
+        name: AUTH_VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(vec![KeyToPath {
                 key: ctx.spec.auth_password_key().to_owned(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
+                path: "password".to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(0o440),
+            optional: Some(false),
         }),
+        ..Volume::default()
     })
 }
 
@@ -206,16 +234,33 @@ pub fn container_port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
+/// The probe scripts' first part: with [`PASSWORD_FILE_ENV`] set, the password file's exact
+/// bytes (a trailing newline kept, which `$(...)` alone would strip) go to `valkey-cli` as
+/// `REDISCLI_AUTH`, read on every run so a rotated password is used as soon as the kubelet has
+/// written it. A macro, so the scripts stay `&'static str` constants.
+macro_rules! read_password_file {
+    () => {
+        r#"if [ -n "$VKO_PASSWORD_FILE" ]; then REDISCLI_AUTH=$(cat "$VKO_PASSWORD_FILE" && echo x) || exit 1; REDISCLI_AUTH=${REDISCLI_AUTH%x}; export REDISCLI_AUTH; fi; "#
+    };
+}
+
 /// Probe script: ready only on `PONG`. `valkey-cli` exits 0 on error replies (`NOAUTH`,
 /// `LOADING`), so the reply text is what counts. The script is a constant: ports and TLS flags
-/// arrive as positional arguments and the password through `REDISCLI_AUTH`, so no rendered
-/// value is ever parsed by the shell.
-pub const READY_SCRIPT: &str =
-    r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; [ "$reply" = PONG ]"#;
+/// arrive as positional arguments and the password from its file, so no rendered value is ever
+/// parsed by the shell.
+pub const READY_SCRIPT: &str = concat!(
+    read_password_file!(),
+    r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; [ "$reply" = PONG ]"#
+);
 
 /// Probe script: alive on `PONG`, and also while the server is `LOADING` a dataset or `BUSY`
-/// with a script, so a long load is never killed by the liveness probe.
-pub const ALIVE_SCRIPT: &str = r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; case "$reply" in PONG|LOADING*|BUSY*) exit 0;; *) exit 1;; esac"#;
+/// with a script, so a long load is never killed by the liveness probe; and on an
+/// authentication refusal (`NOAUTH`, `WRONGPASS`): the server answered, and a probe must never
+/// restart a pod because the kubelet has not yet written a rotated password into it.
+pub const ALIVE_SCRIPT: &str = concat!(
+    read_password_file!(),
+    r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; case "$reply" in PONG|LOADING*|BUSY*|*NOAUTH*|*WRONGPASS*) exit 0;; *) exit 1;; esac"#
+);
 
 /// The Sentinel container's preStop: while this Sentinel leads a failover of the monitored
 /// master (`failover_in_progress` in `SENTINEL MASTER`), it is not stopped, for at most 20 s. A
@@ -223,8 +268,11 @@ pub const ALIVE_SCRIPT: &str = r#"reply=$(valkey-cli "$@" ping 2>&1) || exit 1; 
 /// Sentinel for `SENTINEL FAILOVER`, and if that Sentinel exits meanwhile the failover dies with
 /// it: the others then fail over only once the paused master is down for them (7.6-12.5 s without
 /// writes measured, against ~1.5 s). The first second lets a request already sent land. `$1` is
-/// the master's name, the rest `valkey-cli` arguments; the password comes from the environment.
-pub const SENTINEL_PRE_STOP_SCRIPT: &str = r#"name=$1; shift; sleep 1; n=0; while [ $n -lt 40 ]; do out=$(valkey-cli "$@" sentinel master "$name" 2>&1) || exit 0; case "$out" in *failover_in_progress*) ;; *) exit 0;; esac; sleep 0.5; n=$((n+1)); done"#;
+/// the master's name, the rest `valkey-cli` arguments; the password comes from its file.
+pub const SENTINEL_PRE_STOP_SCRIPT: &str = concat!(
+    read_password_file!(),
+    r#"name=$1; shift; sleep 1; n=0; while [ $n -lt 40 ]; do out=$(valkey-cli "$@" sentinel master "$name" 2>&1) || exit 0; case "$out" in *failover_in_progress*) ;; *) exit 0;; esac; sleep 0.5; n=$((n+1)); done"#
+);
 
 /// `valkey-cli` connection arguments for a local probe on `port`.
 pub fn cli_args(port: i32, tls: bool) -> Vec<String> {

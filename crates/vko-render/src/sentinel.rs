@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{
 use crate::conf::SENTINEL_CONF_KEY;
 use crate::labels::Component;
 use crate::pod::{
-    CLI_AUTH_ENV, PASSWORD_ENV, READY_SCRIPT, SENTINEL_PRE_STOP_SCRIPT, TLS_HASH_ENV, Timing,
-    cli_args, cluster_args, container_port, container_security_context, env_value, mount,
-    password_env, paths, pod_identity_env, script_probe, sidecar_binary_container, tls_args,
+    ALIVE_SCRIPT, SENTINEL_PRE_STOP_SCRIPT, TLS_HASH_ENV, Timing, auth_volume, cli_args,
+    cluster_args, container_port, container_security_context, env_value, mount, password_file,
+    paths, pod_identity_env, script_probe, sidecar_binary_container, tls_args,
 };
 use crate::pod::{secret_scratch_volume, tls_mount};
 use crate::tier::{self, PodMetadata, Tier};
@@ -59,6 +59,7 @@ pub fn statefulset(
         // a temporary file next to it. In memory, because it holds auth-pass.
         secret_scratch_volume(volume::CONFIG),
     ];
+    volumes.extend(auth_volume(ctx));
     if let Some(secrets) = tls {
         volumes.push(Volume {
             name: volume::TLS.to_owned(),
@@ -109,12 +110,15 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
         args.push("--sentinel-auth-disabled".to_owned());
     }
     let mut env = pod_identity_env();
-    env.extend(password_env(ctx, PASSWORD_ENV));
     let mut mounts = vec![
         mount(volume::TEMPLATE, paths::SENTINEL_TEMPLATE_DIR, true),
         mount(volume::CONFIG, paths::SENTINEL_CONFIG_DIR, false),
     ];
     mounts.extend(tls_mount(tls));
+    if let Some((var, auth_mount)) = password_file(ctx) {
+        env.push(var);
+        mounts.push(auth_mount);
+    }
     let resources = ctx.spec.sentinel_resources().cloned();
     sidecar_binary_container(ctx, "init-sentinel", args, env, mounts, resources)
 }
@@ -123,14 +127,18 @@ fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>)
     let ports = ctx.ports;
     let probe_args = cli_args(ports.sentinel, tls);
     let mut env = Vec::new();
-    if !ctx.spec.sentinel_auth_disabled() {
-        env.extend(password_env(ctx, CLI_AUTH_ENV));
+    let mut mounts = vec![mount(volume::CONFIG, paths::SENTINEL_CONFIG_DIR, false)];
+    mounts.extend(tls_mount(tls));
+    // The probes and the preStop send the password only to a Sentinel that requires one.
+    if !ctx.spec.sentinel_auth_disabled()
+        && let Some((var, auth_mount)) = password_file(ctx)
+    {
+        env.push(var);
+        mounts.push(auth_mount);
     }
     if tls && let Some(hash) = tls_material_hash {
         env.push(env_value(TLS_HASH_ENV, hash));
     }
-    let mut mounts = vec![mount(volume::CONFIG, paths::SENTINEL_CONFIG_DIR, false)];
-    mounts.extend(tls_mount(tls));
     Container {
         name: "sentinel".to_owned(),
         image: Some(ctx.spec.image.clone()),
@@ -146,8 +154,11 @@ fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>)
         ),
         env: (!env.is_empty()).then_some(env),
         resources: ctx.spec.sentinel_resources().cloned(),
+        // An authentication refusal counts as ready too: Sentinel has no dataset to load, and
+        // its probes read the Secret volume, which an emptied Secret or a rotation the kubelet
+        // has not delivered yet would otherwise turn into an empty Sentinel Service.
         readiness_probe: Some(script_probe(
-            READY_SCRIPT,
+            ALIVE_SCRIPT,
             &probe_args,
             Timing {
                 initial_delay: 5,
@@ -157,7 +168,7 @@ fn sentinel_container(ctx: &Ctx<'_>, tls: bool, tls_material_hash: Option<&str>)
             },
         )),
         liveness_probe: Some(script_probe(
-            READY_SCRIPT,
+            ALIVE_SCRIPT,
             &probe_args,
             Timing {
                 initial_delay: 15,

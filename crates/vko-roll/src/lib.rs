@@ -8,6 +8,7 @@
 
 mod decision;
 mod machine;
+pub mod password;
 pub mod scale;
 mod world;
 

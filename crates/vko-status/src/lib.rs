@@ -7,6 +7,7 @@
 
 pub mod advisory;
 pub mod downgrade;
+pub mod password;
 pub mod pods;
 pub mod recreation;
 pub mod storage;
@@ -70,6 +71,9 @@ pub struct Snapshot {
     pub pod_problems: Vec<PodProblem>,
     /// Data pods whose master fenced itself ([`pods::fenced_pods`], ADR 0019).
     pub fenced_pods: Vec<FencedPod>,
+    /// The password rotation after this pass (`None`: auth off or not evaluated, so the
+    /// condition and the record stay as they are).
+    pub password_rotation: Option<password::PasswordRotation>,
 }
 
 /// The data StatefulSet's `volumeClaimTemplates` against the rendered ones in one pass.
@@ -528,6 +532,26 @@ pub fn desired_status(
             ),
         );
     }
+    if let Some(rotation) = &snapshot.password_rotation {
+        let present = conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::PasswordRotation.as_str());
+        if let Some((status, reason, message)) =
+            password::password_rotation_condition(rotation, present)
+        {
+            set_condition(
+                &mut conditions,
+                condition(
+                    ConditionType::PasswordRotation,
+                    status,
+                    reason.as_str(),
+                    message,
+                    snapshot.generation,
+                    &now,
+                ),
+            );
+        }
+    }
     if snapshot.storage != StorageCheck::NotCompared {
         let standing = conditions
             .iter()
@@ -692,6 +716,10 @@ pub fn desired_status(
         operator_version: Some(operator_version.to_owned()),
         observed_generation: snapshot.generation,
         rolling_update,
+        password_rotation: password::password_rotation_record(
+            snapshot.password_rotation.as_ref(),
+            current.and_then(|status| status.password_rotation.as_ref()),
+        ),
     }
 }
 
@@ -866,6 +894,21 @@ pub fn transition_events(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> Vec<
             });
         }
     }
+    // Each step of a password rotation once (ADR 0035).
+    if let Some(rotation) = find(Some(new), ConditionType::PasswordRotation)
+        && find(old, ConditionType::PasswordRotation).is_none_or(|c| c.reason != rotation.reason)
+    {
+        let failed = rotation.reason == ConditionReason::OldPasswordRetireFailed.as_str();
+        events.push(EventSpec {
+            type_: if failed {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: rotation.reason.clone(),
+            note: rotation.message.clone(),
+        });
+    }
     if let Some(storage) = find(Some(new), ConditionType::StorageSpecNotApplied)
         && storage.status == "True"
     {
@@ -981,6 +1024,7 @@ mod tests {
             advisories: Vec::new(),
             pod_problems: Vec::new(),
             fenced_pods: Vec::new(),
+            password_rotation: None,
         }
     }
 

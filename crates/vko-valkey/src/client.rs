@@ -506,6 +506,46 @@ macro_rules! connection_client {
                 RoleReply::parse(self.conn.call(args(["ROLE"])).await?)
             }
 
+            /// The default user's passwords as Valkey keeps them (SHA-256, hex; see
+            /// [`crate::password_hash`]), in the order they were added. A Sentinel
+            /// authenticates to its peers with the first.
+            pub async fn default_user_passwords(&self) -> Result<Vec<String>> {
+                let reply = self.conn.call(args(["ACL", "GETUSER", "default"])).await?;
+                crate::parse::parse_acl_passwords(reply)
+            }
+
+            /// `ACL SETUSER default >password`: the default user accepts `password` as well as
+            /// the ones it had.
+            pub async fn add_default_user_password(&self, password: &str) -> Result<()> {
+                let rule = format!(">{password}");
+                self.conn
+                    .call(args(["ACL", "SETUSER", "default", rule.as_str()]))
+                    .await?
+                    .expect_ok("ACL SETUSER default >…")
+            }
+
+            /// `ACL SETUSER default resetpass >first #hash…`: the default user accepts `first`
+            /// (now its first password) and the passwords whose hashes are in `also`, nothing
+            /// else. One command, so no moment accepts neither.
+            pub async fn set_default_user_passwords(
+                &self,
+                first: &str,
+                also: &[String],
+            ) -> Result<()> {
+                let mut call = vec![
+                    "ACL".to_owned(),
+                    "SETUSER".to_owned(),
+                    "default".to_owned(),
+                    "resetpass".to_owned(),
+                    format!(">{first}"),
+                ];
+                call.extend(also.iter().map(|hash| format!("#{hash}")));
+                self.conn
+                    .call(args(call))
+                    .await?
+                    .expect_ok("ACL SETUSER default resetpass …")
+            }
+
             #[doc = $info_doc]
             pub async fn info(&self, section: &str) -> Result<Info> {
                 let text = self

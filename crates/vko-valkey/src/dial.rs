@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::client::{ConnectOptions, SentinelClient, TlsOptions, ValkeyClient};
@@ -31,15 +31,97 @@ pub enum TlsMaterial {
     Files(TlsFiles),
 }
 
+/// The password a tier is dialled with, and while a rotation runs the one before it, shared by
+/// every clone of a [`Dialer`]: a sidecar or operator that sees the auth Secret change moves all
+/// its long-lived holders at once. A dial refused with the current password is tried once more
+/// with the previous one (a server the rotation has not reached yet).
+#[derive(Clone, Default)]
+pub struct Credentials(Arc<RwLock<Passwords>>);
+
+#[derive(Clone, Default, PartialEq, Eq)]
+struct Passwords {
+    current: Option<String>,
+    previous: Option<String>,
+}
+
+impl Credentials {
+    pub fn new(password: Option<String>) -> Credentials {
+        Credentials(Arc::new(RwLock::new(Passwords {
+            current: password,
+            previous: None,
+        })))
+    }
+
+    fn read(&self) -> Passwords {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The password dialled with first.
+    pub fn current(&self) -> Option<String> {
+        self.read().current
+    }
+
+    /// The password before the last [`Credentials::rotate_to`], until [`Credentials::forget_previous`].
+    pub fn previous(&self) -> Option<String> {
+        self.read().previous
+    }
+
+    /// `password` becomes the current one and the current one the previous; the same password
+    /// again changes nothing. Returns whether it changed.
+    pub fn rotate_to(&self, password: String) -> bool {
+        let mut passwords = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if passwords.current.as_deref() == Some(password.as_str()) {
+            return false;
+        }
+        passwords.previous = passwords.current.replace(password);
+        true
+    }
+
+    /// Stop trying the previous password.
+    pub fn forget_previous(&self) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .previous = None;
+    }
+
+    /// The passwords to try, in order: the current one, then the previous one if there is one.
+    fn attempts(&self) -> Vec<Option<String>> {
+        let passwords = self.read();
+        let mut attempts = vec![passwords.current.clone()];
+        if let Some(previous) = passwords
+            .previous
+            .filter(|p| Some(p) != passwords.current.as_ref())
+        {
+            attempts.push(Some(previous));
+        }
+        attempts
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let passwords = self.read();
+        let redacted = |p: &Option<String>| p.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Credentials")
+            .field("current", &redacted(&passwords.current))
+            .field("previous", &redacted(&passwords.previous))
+            .finish()
+    }
+}
+
 /// Announced host name → the host or IP to connect to.
 pub type Resolve = Arc<dyn Fn(&str) -> Result<String> + Send + Sync>;
 
 /// How to reach the data pods and the Sentinels of one cluster.
 #[derive(Clone)]
 pub struct Dialer {
-    pub password: Option<String>,
+    pub password: Credentials,
     /// Sent to Sentinel; `None` when its auth is disabled.
-    pub sentinel_password: Option<String>,
+    pub sentinel_password: Option<Credentials>,
     pub tls: Option<TlsMaterial>,
     pub sentinel_tls: Option<TlsMaterial>,
     /// Bound on TCP connect + TLS handshake + AUTH.
@@ -52,10 +134,9 @@ pub struct Dialer {
 
 impl fmt::Debug for Dialer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let redacted = |p: &Option<String>| p.as_ref().map(|_| "<redacted>");
         f.debug_struct("Dialer")
-            .field("password", &redacted(&self.password))
-            .field("sentinel_password", &redacted(&self.sentinel_password))
+            .field("password", &self.password)
+            .field("sentinel_password", &self.sentinel_password)
             .field("tls", &self.tls)
             .field("sentinel_tls", &self.sentinel_tls)
             .field("connect_timeout", &self.connect_timeout)
@@ -69,8 +150,13 @@ impl Dialer {
     /// `password` for both tiers, no TLS, 1.5 s to connect and 2 s a command, names dialled as
     /// they are.
     pub fn new(password: Option<String>) -> Dialer {
+        Dialer::with_credentials(Credentials::new(password))
+    }
+
+    /// As [`Dialer::new`], with credentials shared with whoever rotates them.
+    pub fn with_credentials(password: Credentials) -> Dialer {
         Dialer {
-            sentinel_password: password.clone(),
+            sentinel_password: Some(password.clone()),
             password,
             tls: None,
             sentinel_tls: None,
@@ -78,6 +164,16 @@ impl Dialer {
             command_timeout: Duration::from_secs(2),
             resolve: None,
         }
+    }
+
+    /// Sentinel dialled without a password when its own auth is disabled
+    /// (`spec.sentinel.disableAuth`).
+    #[must_use]
+    pub fn with_sentinel_auth(mut self, enabled: bool) -> Dialer {
+        if !enabled {
+            self.sentinel_password = None;
+        }
+        self
     }
 
     /// The same TLS material for both tiers.
@@ -128,9 +224,34 @@ impl Dialer {
     /// The servers run `tls-auth-clients optional`, yet verify a certificate that is presented;
     /// a pod certificate without the `clientAuth` usage (a user-provided Secret) is refused
     /// then, so the handshake is retried once without presenting it.
+    ///
+    /// A password refused is tried once more with the previous one while a rotation runs.
     pub async fn valkey_via(&self, dial: &Address, tls_name: &str) -> Result<ValkeyClient> {
+        let mut last = None;
+        for password in self.password.attempts() {
+            match self.valkey_with(dial, tls_name, password.as_ref()).await {
+                Err(error) if refused_auth(&error) => last = Some(error),
+                result => return result,
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::InvalidOptions("no connection attempt".into())))
+    }
+
+    /// A valkey-server at its announced address, dialled with exactly `password` (no fallback):
+    /// whether it accepts that password.
+    pub async fn valkey_as(&self, at: &Address, password: &str) -> Result<ValkeyClient> {
+        let dial = Address::new(self.address_of(&at.host)?, at.port);
+        self.valkey_with(&dial, &at.host, Some(&password.to_owned()))
+            .await
+    }
+
+    async fn valkey_with(
+        &self,
+        dial: &Address,
+        tls_name: &str,
+        password: Option<&String>,
+    ) -> Result<ValkeyClient> {
         let tls = self.tls.as_ref();
-        let password = self.password.as_ref();
         let options = self.options(dial, tls_name, tls, password, true)?;
         match ValkeyClient::connect(&options).await {
             Err(error) if error.reason() == "Tls" && presents_certificate(&options) => {
@@ -148,15 +269,28 @@ impl Dialer {
     pub async fn sentinel(&self, at: &Address) -> Result<SentinelClient> {
         let dial = Address::new(self.address_of(&at.host)?, at.port);
         let tls = self.sentinel_tls.as_ref();
-        let has_password = self.sentinel_password.is_some();
+        let passwords = self
+            .sentinel_password
+            .as_ref()
+            .map(Credentials::attempts)
+            .unwrap_or_default();
         let has_cert = tls.is_some_and(has_client_certificate);
         let mut last = None;
-        for (password, cert) in [(true, true), (false, true), (true, false), (false, false)] {
-            if (!password && !has_password) || (!cert && !has_cert) {
+        let mut attempts = Vec::new();
+        for cert in [true, false] {
+            for password in &passwords {
+                attempts.push((password.clone(), cert));
+            }
+            if !passwords.contains(&None) {
+                // A Sentinel whose own auth is disabled refuses every password.
+                attempts.push((None, cert));
+            }
+        }
+        for (secret, cert) in attempts {
+            if !cert && !has_cert {
                 continue;
             }
-            let secret = self.sentinel_password.as_ref().filter(|_| password);
-            let options = self.options(&dial, &at.host, tls, secret, cert)?;
+            let options = self.options(&dial, &at.host, tls, secret.as_ref(), cert)?;
             match SentinelClient::connect(&options).await {
                 Ok(client) => return Ok(client),
                 Err(error) => {

@@ -21,6 +21,7 @@ pub mod switchover;
 pub use client::{
     ConnectOptions, SentinelClient, TlsOptions, ValkeyClient, install_default_crypto_provider,
 };
-pub use dial::{Dialer, Resolve, TlsFiles, TlsMaterial};
+pub use dial::{Credentials, Dialer, Resolve, TlsFiles, TlsMaterial};
 pub use error::{Error, Result};
+pub use parse::password_hash;
 pub use reply::{Reply, decode_resp2};

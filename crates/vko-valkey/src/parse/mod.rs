@@ -1,11 +1,13 @@
-//! Pure parsers for INFO, ROLE and SENTINEL replies. No I/O: they take text or a [`Reply`] and return
+//! Pure parsers for INFO, ROLE, SENTINEL and ACL GETUSER replies. No I/O: they take text or a [`Reply`] and return
 //! typed values. Unknown fields are kept in an `other` map (servers add fields in minor releases); a
 //! missing or malformed required field is an [`Error::Parse`].
 
+mod acl;
 mod info;
 mod role;
 mod sentinel;
 
+pub use acl::{parse_acl_passwords, password_hash};
 pub use info::{
     ConnectedReplica, DbStats, Info, KeyspaceInfo, LinkStatus, PersistenceInfo, ReplicaSyncState,
     ReplicationInfo, ReplicationRole, ServerInfo, UpstreamLink,
