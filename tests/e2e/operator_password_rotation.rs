@@ -9,10 +9,12 @@
 //! PasswordRotated` after `spec.auth.oldPasswordGracePeriod` (20 s here). Then: the old password
 //! is refused and the new one accepted everywhere with one ACL password left, `masterauth` is the
 //! new one and the replicas reconnect with it, no pod restarted or was replaced, no writer was
-//! refused, every exporter reports `redis_up 1`, the observer is ready, a Sentinel failover works
-//! (Sentinel reaches the servers with the new `auth-pass`), every acknowledged write is on the
-//! final master, and a replica's valkey-server killed afterwards restarts from the effective
-//! config the sidecar rewrote (new password) and resyncs.
+//! refused, every exporter reports `redis_up 1`, the observer is ready, every acknowledged write
+//! is on the master, a Sentinel failover (the writers stopped) works (Sentinel reaches the
+//! servers with the new `auth-pass`), and a replica's valkey-server killed afterwards restarts
+//! from the effective config the sidecar rewrote (new password) and resyncs.
+//!
+//! Also: auth turned on, then off, on a running 3 + 3 under a writer (each a lossless roll).
 
 use vko_e2e::{ha_support, operator_support};
 
@@ -22,9 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ha_support::{
-    Conn, Pods, ROLE_LABEL, Reply, SENTINEL_PORT, VALKEY_PORT, eventually, kill_valkey_server,
-};
+use ha_support::{Conn, Pods, ROLE_LABEL, Reply, SENTINEL_PORT, VALKEY_PORT, kill_valkey_server};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use operator_support::{OperatorTest, condition, events_about, ok_with, wait_for_valkey};
@@ -37,10 +37,34 @@ const NEW: &str = "new pässword two";
 const NAME: &str = "rot";
 const METRICS_PORT: u16 = 9121;
 
+/// Retries `check` every 200 ms until it answers `Some`, for at most `timeout` (`eventually`
+/// takes any `Ok` as done, `None` included).
+async fn until<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => "not yet".to_owned(),
+            Err(error) => format!("{error:#}"),
+        };
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what}: not within {timeout:?}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// What a writer saw.
 #[derive(Debug, Default)]
 struct Log {
     acked: Vec<String>,
+    /// When each OK arrived.
+    ok_times: Vec<Instant>,
     /// AUTH answered with an error (`WRONGPASS`): the password was refused.
     auth_refused: usize,
     errors: Vec<String>,
@@ -52,6 +76,17 @@ struct AuthWriter {
     task: tokio::task::JoinHandle<()>,
 }
 
+impl Log {
+    /// The longest time between two consecutive OKs.
+    fn longest_gap(&self) -> Duration {
+        self.ok_times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default()
+    }
+}
+
 impl AuthWriter {
     /// Plain `SET`s to the pod labelled master, `AUTH password` on every new connection, a new
     /// connection every `reconnect_every` writes and after any error.
@@ -61,11 +96,22 @@ impl AuthWriter {
         password: &'static str,
         prefix: &'static str,
     ) -> AuthWriter {
+        AuthWriter::start_on(client, ns, NAME, password, prefix)
+    }
+
+    /// As [`AuthWriter::start`], to the cluster `valkey`.
+    fn start_on(
+        client: kube::Client,
+        ns: String,
+        valkey: &'static str,
+        password: &'static str,
+        prefix: &'static str,
+    ) -> AuthWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(Log::default()));
+        let target = (client, ns, valkey);
         let task = tokio::spawn(write_loop(
-            client,
-            ns,
+            target,
             password,
             prefix,
             stop.clone(),
@@ -86,12 +132,20 @@ impl AuthWriter {
 }
 
 async fn labelled_master_ip(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
+    labelled_master_ip_of(client, ns, NAME).await
+}
+
+async fn labelled_master_ip_of(
+    client: &kube::Client,
+    ns: &str,
+    valkey: &str,
+) -> anyhow::Result<String> {
     let pods = Pods::list(client, ns).await?;
     let master = pods
         .by_name
         .iter()
         .find(|(name, pod)| {
-            name.starts_with(&format!("{NAME}-"))
+            name.starts_with(&format!("{valkey}-"))
                 && pod
                     .metadata
                     .labels
@@ -106,8 +160,7 @@ async fn labelled_master_ip(client: &kube::Client, ns: &str) -> anyhow::Result<S
 }
 
 async fn write_loop(
-    client: kube::Client,
-    ns: String,
+    (client, ns, valkey): (kube::Client, String, &'static str),
     password: &'static str,
     prefix: &'static str,
     stop: Arc<AtomicBool>,
@@ -119,9 +172,10 @@ async fn write_loop(
     while !stop.load(Ordering::SeqCst) {
         if conn.is_none() {
             let connected = async {
-                let ip = labelled_master_ip(&client, &ns).await?;
+                let ip = labelled_master_ip_of(&client, &ns, valkey).await?;
                 let mut c = Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(2)).await?;
-                let reply = c.call(&["AUTH", password]).await?;
+                // The two-argument form: a server without a password accepts it too.
+                let reply = c.call(&["AUTH", "default", password]).await?;
                 Ok::<_, anyhow::Error>((c, reply))
             }
             .await;
@@ -146,7 +200,11 @@ async fn write_loop(
         sequence += 1;
         let key = format!("{prefix}:{sequence}");
         match c.call(&["SET", &key, "v"]).await {
-            Ok(Reply::Simple(ok)) if ok == "OK" => log.lock().await.acked.push(key),
+            Ok(Reply::Simple(ok)) if ok == "OK" => {
+                let mut log = log.lock().await;
+                log.acked.push(key);
+                log.ok_times.push(Instant::now());
+            }
             other => {
                 log.lock().await.errors.push(format!("SET: {other:?}"));
                 conn = None;
@@ -271,7 +329,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     .unwrap();
     let before = identities(&client, &ns).await.unwrap();
     let old_writer = AuthWriter::start(client.clone(), ns.clone(), OLD, "old");
-    eventually(
+    until(
         Duration::from_secs(30),
         "the old-password writer writes",
         || async { Ok((old_writer.acked().await > 300).then_some(())) },
@@ -324,7 +382,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     }
 
     let new_writer = AuthWriter::start(client.clone(), ns.clone(), NEW, "new");
-    eventually(
+    until(
         Duration::from_secs(30),
         "the new-password writer writes",
         || async { Ok((new_writer.acked().await > 300).then_some(())) },
@@ -393,7 +451,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
         .call(&["CLIENT", "KILL", "TYPE", "replica"])
         .await
         .unwrap();
-    eventually(
+    until(
         Duration::from_secs(30),
         "both replicas resync with the new masterauth",
         || {
@@ -410,7 +468,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
 
     for pod in &data {
         let ip = pods.ip(pod).unwrap();
-        eventually(
+        until(
             Duration::from_secs(30),
             &format!("{pod}'s exporter: redis_up 1"),
             || {
@@ -431,7 +489,33 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     .await
     .unwrap();
 
-    // Sentinel promotes and reconfigures with the new auth-pass.
+    let new_log = new_writer.stop().await;
+    println!(
+        "new-password writer: {} acknowledged, {} AUTH refused, errors {:?}",
+        new_log.acked.len(),
+        new_log.auth_refused,
+        new_log.errors
+    );
+    assert_eq!(new_log.auth_refused, 0, "{:?}", new_log.errors);
+    let rotated_master = labelled_master_ip(&client, &ns).await.unwrap();
+    let mut check = authed(&rotated_master, VALKEY_PORT, NEW).await.unwrap();
+    let mut lost = missing(&mut check, &old_log.acked).await.unwrap();
+    lost.extend(missing(&mut check, &new_log.acked).await.unwrap());
+    println!(
+        "acknowledged writes lost: {} of {}",
+        lost.len(),
+        old_log.acked.len() + new_log.acked.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "lost {} (first {:?})",
+        lost.len(),
+        lost.first()
+    );
+
+    // Sentinel promotes and reconfigures with the new auth-pass. Without the writer: a forced
+    // `SENTINEL FAILOVER` on Valkey 8 lets the old master acknowledge writes until Sentinel
+    // converts it (the loss vko's own switchover exists to avoid), which is not what is tested.
     let old_master = labelled_master_ip(&client, &ns).await.unwrap();
     let sentinel_ip = pods.ip(&sentinels[0]).unwrap();
     let mut sentinel = authed(&sentinel_ip, SENTINEL_PORT, NEW).await.unwrap();
@@ -442,7 +526,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
             .unwrap(),
         Reply::Simple("OK".into())
     );
-    eventually(
+    until(
         Duration::from_secs(60),
         "a new master after the Sentinel failover",
         || {
@@ -465,24 +549,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     .await
     .unwrap();
 
-    let new_log = new_writer.stop().await;
-    println!(
-        "new-password writer: {} acknowledged, {} AUTH refused, errors {:?}",
-        new_log.acked.len(),
-        new_log.auth_refused,
-        new_log.errors
-    );
-    assert_eq!(new_log.auth_refused, 0, "{:?}", new_log.errors);
     let final_master = labelled_master_ip(&client, &ns).await.unwrap();
-    let mut check = authed(&final_master, VALKEY_PORT, NEW).await.unwrap();
-    let mut lost = missing(&mut check, &old_log.acked).await.unwrap();
-    lost.extend(missing(&mut check, &new_log.acked).await.unwrap());
-    println!(
-        "acknowledged writes lost: {} of {}",
-        lost.len(),
-        old_log.acked.len() + new_log.acked.len()
-    );
-    assert!(lost.is_empty(), "lost {lost:?}");
 
     // A valkey-server that crashes after the rotation restarts from the effective config the
     // sidecar rewrote: it accepts the new password and replicates with it.
@@ -493,7 +560,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
         .clone();
     kill_valkey_server(&client, &ns, &replica).await.unwrap();
     let replica_ip = pods.ip(&replica).unwrap();
-    eventually(
+    until(
         Duration::from_secs(60),
         &format!("{replica} restarted, in sync, new password"),
         || {
@@ -517,5 +584,162 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
             events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
         );
     }
+    test.cleanup().await.unwrap();
+}
+
+/// Whether every data and Sentinel pod of the cluster mounts the password file (`true`) or none
+/// does (`false`), no pod terminating.
+async fn every_pod_has_password_file(
+    client: &kube::Client,
+    ns: &str,
+    wanted: bool,
+) -> anyhow::Result<bool> {
+    let pods = Pods::list(client, ns).await?;
+    let ours: Vec<&Pod> = pods
+        .by_name
+        .iter()
+        .filter(|(name, _)| name.starts_with(&format!("{ONOFF}-")))
+        .filter(|(name, _)| !name.contains("observer"))
+        .map(|(_, pod)| pod)
+        .collect();
+    Ok(ours.len() == 6
+        && ours.iter().all(|pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod
+                    .spec
+                    .as_ref()
+                    .is_some_and(|spec| vko_render::pod_has_password_file(spec) == wanted)
+        }))
+}
+
+const ONOFF: &str = "onoff";
+
+/// Auth turned on, then off, on a running 3 + 3 under a writer that sends `AUTH default
+/// <password>` on every connection (accepted with and without a password): each is a roll, and
+/// the pods not rolled yet work with the rolled ones (ADR 0035: `masteruser default`, Sentinel
+/// `auth-user`/`auth-pass` set live on the old Sentinels, `nopass` on the old pods when auth
+/// goes). Measured on 8.0.1: a replica with `masterauth` alone never syncs from a master without
+/// a password ("AUTH <password> called without any password configured").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_write() {
+    let test = OperatorTest::start("op-authonoff").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let spec = "replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}";
+    test.apply_until_ok(
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{OLD}\"}}\n---\n\
+             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {ONOFF}}}\nspec: {{{spec}}}\n"
+        ),
+        ONOFF,
+        3,
+        Duration::from_secs(300),
+    )
+    .await
+    .unwrap();
+    let writer = AuthWriter::start_on(client.clone(), ns.clone(), ONOFF, OLD, "w");
+    until(Duration::from_secs(30), "the writer writes", || async {
+        Ok((writer.acked().await > 300).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    let mut durations = Vec::new();
+    for (auth, patch) in [
+        (
+            true,
+            serde_json::json!({"spec": {"auth": {"secretName": "pw"}}}),
+        ),
+        (false, serde_json::json!({"spec": {"auth": null}})),
+    ] {
+        let started = Instant::now();
+        valkeys
+            .patch(ONOFF, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+        until(
+            Duration::from_secs(300),
+            &format!(
+                "every pod rolled with auth {}",
+                if auth { "on" } else { "off" }
+            ),
+            || {
+                let (client, ns) = (client.clone(), ns.clone());
+                async move {
+                    Ok(every_pod_has_password_file(&client, &ns, auth)
+                        .await?
+                        .then_some(()))
+                }
+            },
+        )
+        .await
+        .unwrap();
+        let done = wait_for_valkey(
+            &valkeys,
+            ONOFF,
+            "PHASE OK, no roll recorded",
+            Duration::from_secs(120),
+            |v| {
+                ok_with(3)(v)
+                    && v.status
+                        .as_ref()
+                        .is_some_and(|s| s.rolling_update.is_none())
+            },
+        )
+        .await
+        .unwrap();
+        durations.push(started.elapsed());
+        assert!(
+            condition(&done, "RollingUpdatePaused").is_none_or(|(status, _, _)| status != "True"),
+            "{:?}",
+            condition(&done, "RollingUpdatePaused")
+        );
+        let pods = Pods::list(&client, &ns).await.unwrap();
+        for (pod, port) in pods
+            .names_with_prefix(&format!("{ONOFF}-"))
+            .into_iter()
+            .map(|p| (p, VALKEY_PORT))
+            .chain(
+                pods.names_with_prefix(&format!("{ONOFF}-sentinel-"))
+                    .into_iter()
+                    .map(|p| (p, SENTINEL_PORT)),
+            )
+        {
+            let ip = pods.ip(&pod).unwrap();
+            let anonymous = ha_support::call(&ip, port, &["PING"]).await.unwrap();
+            if auth {
+                assert!(
+                    matches!(&anonymous, Reply::Error(e) if e.starts_with("NOAUTH")),
+                    "{pod} with auth on, no password: {anonymous:?}"
+                );
+                authed(&ip, port, OLD).await.unwrap();
+            } else {
+                assert_eq!(
+                    anonymous,
+                    Reply::Simple("PONG".into()),
+                    "{pod} with auth off"
+                );
+            }
+        }
+    }
+    let log = writer.stop().await;
+    let master = labelled_master_ip_of(&client, &ns, ONOFF).await.unwrap();
+    let mut check = Conn::connect(&master, VALKEY_PORT, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lost = missing(&mut check, &log.acked).await.unwrap();
+    println!(
+        "auth on: rolled in {:?}; auth off: rolled in {:?}; {} acknowledged, {} lost, longest write \
+         gap {:?}, AUTH refused {}, errors {:?}",
+        durations[0],
+        durations[1],
+        log.acked.len(),
+        lost.len(),
+        log.longest_gap(),
+        log.auth_refused,
+        log.errors.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(lost.is_empty(), "lost {lost:?}");
+    assert_eq!(log.auth_refused, 0, "{:?}", log.errors);
     test.cleanup().await.unwrap();
 }

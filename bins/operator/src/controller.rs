@@ -806,10 +806,10 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
     let replicas = observed.data_replicas.apply.max(spec.replicas_u32());
     let ports = PortPlan::of(spec);
     let secrets = &observed.secrets;
-    let credentials =
-        pass.ctx
-            .passwords
-            .for_cluster(uid, spec.auth_enabled(), secrets.password.as_deref());
+    let credentials = pass
+        .ctx
+        .passwords
+        .for_cluster(uid, secrets.password.as_deref());
     let dialer = Dialer::with_credentials(credentials)
         .with_sentinel_auth(!spec.sentinel_auth_disabled())
         .with_tls(
@@ -920,12 +920,16 @@ async fn act(
             ..Authority::default()
         }
     };
+    // Auth turned on or off: the pods the roll has not reached yet are made to work with both
+    // sides first (ADR 0035); the roll waits until they do.
+    let auth_ready = !plane.statefulset_exists || auth_transition(pass, observed, plane).await;
     // Skipped in a pass in which the authority just acted (its effect is not observed yet) and
     // while the StatefulSets are held back.
     let roll = if plane.statefulset_exists
         && rendered.is_ok()
         && !observed.secrets.auth_missing
         && !authority.acted
+        && auth_ready
     {
         roll_step(pass, observed, plane, rendered.as_ref().ok()).await
     } else {
@@ -1000,6 +1004,74 @@ async fn act(
     }
 }
 
+/// Auth turned on or off: the pods on the other side of the roll (ADR 0035).
+async fn auth_transition(pass: &Pass<'_>, observed: &Observed, plane: &DataPlane) -> bool {
+    let spec = &pass.valkey.spec;
+    let names = &pass.target.names;
+    let auth = spec.auth_enabled();
+    let password = observed.secrets.password.as_deref();
+    if auth && password.is_none() {
+        return true;
+    }
+    let other_side = |pod: &Pod| {
+        pod.metadata.deletion_timestamp.is_none()
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_ref())
+                .is_some()
+            && pod
+                .spec
+                .as_ref()
+                .is_some_and(|spec| vko_render::pod_has_password_file(spec) != auth)
+    };
+    let mut pods = Vec::new();
+    if !auth {
+        for (ordinal, pod) in &observed.data_pods {
+            if other_side(pod) {
+                pods.push(crate::password::TransitionPod {
+                    name: pod.name_any(),
+                    uid: pod.uid().unwrap_or_default(),
+                    at: vko_valkey::switchover::Address::new(
+                        names.data_pod_fqdn(*ordinal),
+                        plane.valkey_port,
+                    ),
+                    sentinel: false,
+                });
+            }
+        }
+    }
+    for pod in &observed.sentinel_pods {
+        let ordinal = ordinal_of(&names.sentinel_statefulset(), &pod.name_any());
+        if let Some(ordinal) = ordinal
+            && other_side(pod)
+        {
+            pods.push(crate::password::TransitionPod {
+                name: pod.name_any(),
+                uid: pod.uid().unwrap_or_default(),
+                at: vko_valkey::switchover::Address::new(
+                    names.sentinel_pod_fqdn(ordinal),
+                    plane.sentinel_port,
+                ),
+                sentinel: true,
+            });
+        }
+    }
+    if pods.is_empty() {
+        return true;
+    }
+    crate::password::transition(
+        &pass.ctx.passwords,
+        &pass.target.uid,
+        &plane.dialer,
+        names.name(),
+        password.filter(|_| auth),
+        &pods,
+        &pass.ctx.leadership,
+    )
+    .await
+}
+
 /// With auth on: the password rotation's step (ADR 0035).
 async fn rotate_password(
     pass: &Pass<'_>,
@@ -1008,6 +1080,17 @@ async fn rotate_password(
 ) -> Option<vko_status::password::PasswordRotation> {
     let spec = &pass.valkey.spec;
     let password = observed.secrets.password.as_deref()?;
+    // While the roll that turns auth on has not reached every pod, a pod without the password
+    // file must not be given a password: its sidecar and probes would be locked out.
+    let before_auth = observed
+        .data_pods
+        .values()
+        .chain(&observed.sentinel_pods)
+        .filter_map(|pod| pod.spec.as_ref())
+        .any(|spec| !vko_render::pod_has_password_file(spec));
+    if before_auth {
+        return None;
+    }
     let grace = match spec.old_password_grace_period() {
         Ok(grace) => grace,
         Err(error) => {

@@ -4,7 +4,7 @@
 //! process remembers), and once the grace period is over and every sidecar moved its server's
 //! `masterauth`, moves Sentinel's `auth-pass` to it and retires the old ones.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use vko_render::Names;
 use vko_roll::Millis;
 use vko_roll::password::{Accepts, PasswordStep, PasswordWorld};
 use vko_status::password::PasswordRotation;
+use vko_valkey::dial::DEFAULT_USER;
 use vko_valkey::switchover::Address;
 use vko_valkey::{Credentials, Dialer, password_hash};
 
@@ -22,19 +23,23 @@ use crate::leader::Leadership;
 /// yet. Lost when the operator restarts; the pods' sidecars hand the new password to their
 /// servers themselves.
 #[derive(Default)]
-pub struct Remembered(Mutex<HashMap<String, Credentials>>);
+pub struct Remembered(
+    Mutex<HashMap<String, Credentials>>,
+    Mutex<HashMap<String, HashSet<String>>>,
+);
 
 impl Remembered {
-    /// The credentials to dial cluster `uid` with, given whether auth is on and the auth
-    /// Secret's usable password now. With auth on and no usable password (the Secret emptied),
-    /// the servers still run with the last one: keep dialling with it.
-    pub fn for_cluster(&self, uid: &str, auth: bool, password: Option<&str>) -> Credentials {
+    /// The credentials to dial cluster `uid` with, given the auth Secret's usable password now
+    /// (`None`: auth off, or the Secret unusable).
+    pub fn for_cluster(&self, uid: &str, password: Option<&str>) -> Credentials {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(password) = password else {
-            if auth && let Some(kept) = all.get(uid) {
+            // Auth on with an unusable Secret: the servers still run with the last password.
+            // Auth turned off: the pods not yet rolled still require it, and a pod without a
+            // password accepts `AUTH default <anything>`, so it keeps working for both.
+            if let Some(kept) = all.get(uid) {
                 return kept.clone();
             }
-            all.remove(uid);
             return Credentials::new(None);
         };
         let credentials = all
@@ -54,6 +59,28 @@ impl Remembered {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+
+    /// Whether the auth transition was carried out on pod `pod_uid` of cluster `uid`.
+    fn transitioned(&self, uid: &str, pod_uid: &str) -> bool {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .is_some_and(|pods| pods.contains(pod_uid))
+    }
+
+    fn mark_transitioned(&self, uid: &str, pod_uid: &str) {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(uid.to_owned())
+            .or_default()
+            .insert(pod_uid.to_owned());
     }
 }
 
@@ -325,6 +352,90 @@ async fn retire(
     Ok(())
 }
 
+/// A pod about to take part in turning auth on or off (ADR 0035).
+pub struct TransitionPod {
+    pub name: String,
+    pub uid: String,
+    pub at: Address,
+    pub sentinel: bool,
+}
+
+/// Turning auth on or off on a running cluster is a roll; before it reaches a pod, the pods that
+/// will not restart for a while must already work with both sides:
+/// - auth on (`password` set): every Sentinel still running without the password file gets
+///   `auth-user default` and `auth-pass` for the monitored servers (the replaced data pods
+///   require the password; `AUTH default <password>` also passes on the ones that do not);
+/// - auth off: every server and Sentinel still running with the password file accepts any
+///   client (`ACL SETUSER default nopass`), so the replaced pods, which have no password,
+///   replicate from and talk to them.
+///
+/// Each pod once per operator process (a pod is not changed back). Whether every pod that needs
+/// it has it: the roll waits otherwise.
+pub async fn transition(
+    remembered: &Remembered,
+    cluster_uid: &str,
+    dialer: &Dialer,
+    monitor: &str,
+    password: Option<&str>,
+    pods: &[TransitionPod],
+    leadership: &Leadership,
+) -> bool {
+    let mut done = true;
+    for pod in pods {
+        if remembered.transitioned(cluster_uid, &pod.uid) || leadership.check("auth").is_err() {
+            continue;
+        }
+        let result = match (password, pod.sentinel) {
+            (Some(password), true) => {
+                async {
+                    let client = dialer.sentinel(&pod.at).await?;
+                    let mut result = client.set(monitor, "auth-user", DEFAULT_USER).await;
+                    if result.is_ok() {
+                        result = client.set(monitor, "auth-pass", password).await;
+                    }
+                    client.close().await;
+                    result
+                }
+                .await
+            }
+            (Some(_), false) => continue,
+            (None, true) => {
+                async {
+                    let client = dialer.sentinel(&pod.at).await?;
+                    let result = client.allow_any_client().await;
+                    client.close().await;
+                    result
+                }
+                .await
+            }
+            (None, false) => {
+                async {
+                    let client = dialer.valkey(&pod.at).await?;
+                    let result = client.allow_any_client().await;
+                    client.close().await;
+                    result
+                }
+                .await
+            }
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    pod = pod.name,
+                    auth = password.is_some(),
+                    "auth transition: the pod works with both sides of the roll"
+                );
+                remembered.mark_transitioned(cluster_uid, &pod.uid);
+            }
+            Err(error) => {
+                tracing::warn!(pod = pod.name, %error, "auth transition: not done yet; the roll waits");
+                done = false;
+            }
+        }
+    }
+    done
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,18 +443,22 @@ mod tests {
     #[test]
     fn a_changed_password_keeps_the_previous_one_and_an_unusable_one_keeps_both() {
         let remembered = Remembered::default();
-        let first = remembered.for_cluster("u", true, Some("old"));
+        let first = remembered.for_cluster("u", Some("old"));
         assert_eq!(first.current().as_deref(), Some("old"));
         assert_eq!(first.previous(), None);
-        let second = remembered.for_cluster("u", true, Some("new"));
+        let second = remembered.for_cluster("u", Some("new"));
         assert_eq!(second.current().as_deref(), Some("new"));
         assert_eq!(second.previous().as_deref(), Some("old"));
-        let emptied = remembered.for_cluster("u", true, None);
+        let emptied = remembered.for_cluster("u", None);
         assert_eq!(emptied.current().as_deref(), Some("new"));
         assert_eq!(emptied.previous().as_deref(), Some("old"));
-        let off = remembered.for_cluster("u", false, None);
-        assert_eq!(off.current(), None);
-        let other = remembered.for_cluster("v", true, None);
+        let off = remembered.for_cluster("u", None);
+        assert_eq!(
+            off.current().as_deref(),
+            Some("new"),
+            "auth turned off: the pods not rolled yet still require it"
+        );
+        let other = remembered.for_cluster("v", None);
         assert_eq!(other.current(), None, "nothing remembered: no password");
     }
 }

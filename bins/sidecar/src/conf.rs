@@ -111,6 +111,7 @@ pub fn active_config(template: &str, me: &Identity<'_>, role: &RoleLine) -> Stri
             "slave-announce-port",
             "requirepass",
             "masterauth",
+            "masteruser",
         ],
     );
     while lines.last().is_some_and(|l| l.trim().is_empty()) {
@@ -124,8 +125,7 @@ pub fn active_config(template: &str, me: &Identity<'_>, role: &RoleLine) -> Stri
     ));
     lines.push(format!("replica-announce-port {}", me.announce_port));
     if let Some(password) = me.password {
-        lines.push(format!("requirepass {}", quote_arg(password)));
-        lines.push(format!("masterauth {}", quote_arg(password)));
+        lines.extend(password_lines(password));
     }
     lines.extend(role.directive());
     join(lines)
@@ -145,19 +145,25 @@ pub fn with_role_line(text: &str, role: &RoleLine) -> String {
 /// `text` with its `requirepass` and `masterauth` set to `password` (a rotated password, ADR
 /// 0035), placed before the role line, which stays last.
 pub fn with_password(text: &str, password: &str) -> String {
-    let mut lines = without_directives(text, &["requirepass", "masterauth"]);
+    let mut lines = without_directives(text, &["requirepass", "masterauth", "masteruser"]);
     let role_at = lines
         .iter()
         .position(|line| is_role_directive(line))
         .unwrap_or(lines.len());
-    lines.splice(
-        role_at..role_at,
-        [
-            format!("requirepass {}", quote_arg(password)),
-            format!("masterauth {}", quote_arg(password)),
-        ],
-    );
+    lines.splice(role_at..role_at, password_lines(password));
     join(lines)
+}
+
+/// `requirepass`, `masterauth`, and `masteruser default`: a replica authenticates to its master
+/// with `AUTH default <password>`, which a master without a password (`nopass`) accepts where it
+/// refuses `AUTH <password>`, so a replica started with auth on syncs from a master started
+/// before auth was turned on (ADR 0035).
+fn password_lines(password: &str) -> [String; 3] {
+    [
+        format!("requirepass {}", quote_arg(password)),
+        format!("masterauth {}", quote_arg(password)),
+        format!("masteruser {}", vko_valkey::dial::DEFAULT_USER),
+    ]
 }
 
 /// The `requirepass` `text` holds (the last one wins, as in Valkey): what the server started
@@ -273,6 +279,7 @@ pub fn sentinel_config(
                     "sentinel announce-ip"
                     | "sentinel announce-port"
                     | "sentinel auth-pass"
+                    | "sentinel auth-user"
                     | "sentinel myid",
                 ),
                 _,
@@ -305,6 +312,12 @@ pub fn sentinel_config(
             "sentinel auth-pass {} {}",
             quote_arg(me.monitor_name),
             quote_arg(password)
+        ));
+        // `AUTH default <password>`: accepted by servers without a password too (ADR 0035).
+        lines.push(format!(
+            "sentinel auth-user {} {}",
+            quote_arg(me.monitor_name),
+            vko_valkey::dial::DEFAULT_USER
         ));
     }
     lines.push(format!("sentinel myid {}", quote_arg(me.myid)));

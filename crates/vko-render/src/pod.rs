@@ -152,6 +152,15 @@ pub fn password_file(ctx: &Ctx<'_>) -> Option<(EnvVar, VolumeMount)> {
     ))
 }
 
+/// Whether a pod spec mounts the auth Secret's password file, i.e. was rendered with auth on
+/// (a pod from before auth was turned on, or from before ADR 0035, does not).
+pub fn pod_has_password_file(pod: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+    pod.volumes
+        .iter()
+        .flatten()
+        .any(|volume| volume.name == AUTH_VOLUME)
+}
+
 /// The auth Secret's password key as [`paths::PASSWORD_FILE`] (mode 0440: the pod's group, which
 /// every container runs as), when auth is on. Not optional: a missing Secret or key keeps the
 /// pod from starting, as the env var it replaces did.
@@ -237,10 +246,11 @@ pub fn container_port(name: &str, port: i32) -> ContainerPort {
 /// The probe scripts' first part: with [`PASSWORD_FILE_ENV`] set, the password file's exact
 /// bytes (a trailing newline kept, which `$(...)` alone would strip) go to `valkey-cli` as
 /// `REDISCLI_AUTH`, read on every run so a rotated password is used as soon as the kubelet has
-/// written it. A macro, so the scripts stay `&'static str` constants.
+/// written it, as the `default` user (`AUTH default <password>`, which a server without a
+/// password accepts too, ADR 0035). A macro, so the scripts stay `&'static str` constants.
 macro_rules! read_password_file {
     () => {
-        r#"if [ -n "$VKO_PASSWORD_FILE" ]; then REDISCLI_AUTH=$(cat "$VKO_PASSWORD_FILE" && echo x) || exit 1; REDISCLI_AUTH=${REDISCLI_AUTH%x}; export REDISCLI_AUTH; fi; "#
+        r#"if [ -n "$VKO_PASSWORD_FILE" ]; then REDISCLI_AUTH=$(cat "$VKO_PASSWORD_FILE" && echo x) || exit 1; REDISCLI_AUTH=${REDISCLI_AUTH%x}; export REDISCLI_AUTH; set -- "$@" --user default; fi; "#
     };
 }
 

@@ -524,6 +524,15 @@ macro_rules! connection_client {
                     .expect_ok("ACL SETUSER default >…")
             }
 
+            /// `ACL SETUSER default nopass`: any client is accepted, with or without a
+            /// password (auth being turned off).
+            pub async fn allow_any_client(&self) -> Result<()> {
+                self.conn
+                    .call(args(["ACL", "SETUSER", "default", "nopass"]))
+                    .await?
+                    .expect_ok("ACL SETUSER default nopass")
+            }
+
             /// `ACL SETUSER default resetpass >first #hash…`: the default user accepts `first`
             /// (now its first password) and the passwords whose hashes are in `also`, nothing
             /// else. One command, so no moment accepts neither.

@@ -113,6 +113,9 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// The ACL user every vko client authenticates as.
+pub const DEFAULT_USER: &str = "default";
+
 /// Announced host name → the host or IP to connect to.
 pub type Resolve = Arc<dyn Fn(&str) -> Result<String> + Send + Sync>;
 
@@ -204,6 +207,10 @@ impl Dialer {
         let mut options = ConnectOptions::new(dial.host.clone(), dial.port);
         options.connect_timeout = self.connect_timeout;
         options.command_timeout = self.command_timeout;
+        // `AUTH default <password>`, never the one-argument form: a server without a password
+        // (`nopass`) accepts it, where it refuses `AUTH <password>`. So a client given the password
+        // reaches both sides while auth is turned on or off across a roll (ADR 0035).
+        options.username = password.map(|_| DEFAULT_USER.to_owned());
         options.password = password.cloned();
         options.tls = tls.map(|tls| tls_options(tls, client_cert)).transpose()?;
         if let Some(tls) = &mut options.tls {
