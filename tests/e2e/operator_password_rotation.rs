@@ -743,3 +743,112 @@ async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_writ
     assert_eq!(log.auth_refused, 0, "{:?}", log.errors);
     test.cleanup().await.unwrap();
 }
+
+const PLAIN: &str = "plain";
+
+/// The rotation without Sentinel (the master holds the Lease, its sidecar renews it with the API,
+/// not with Valkey): 3 data pods, `oldPasswordGracePeriod: 5s`, a writer with the old password
+/// until both are accepted, then one with the new one through the retire. Both passwords
+/// accepted, the old one retired, no pod restarted, 0 acknowledged writes lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_sentinel_a_changed_password_rotates_without_a_restart() {
+    let test = OperatorTest::start("op-pwrot-plain").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    test.apply_until_ok(
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{OLD}\"}}\n---\n\
+             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {PLAIN}}}\nspec: {{replicas: 3, \
+             image: valkey/valkey:8.0, auth: {{secretName: pw, oldPasswordGracePeriod: 5s}}}}\n"
+        ),
+        PLAIN,
+        3,
+        Duration::from_secs(240),
+    )
+    .await
+    .unwrap();
+    let before = identities(&client, &ns).await.unwrap();
+    let old_writer = AuthWriter::start_on(client.clone(), ns.clone(), PLAIN, OLD, "old");
+    until(
+        Duration::from_secs(30),
+        "the old-password writer writes",
+        || async { Ok((old_writer.acked().await > 300).then_some(())) },
+    )
+    .await
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let changed = Instant::now();
+    secrets
+        .patch(
+            "pw",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": NEW}})),
+        )
+        .await
+        .unwrap();
+    wait_for_valkey(
+        &valkeys,
+        PLAIN,
+        "PasswordRotation=True/OldPasswordGracePeriod",
+        Duration::from_secs(90),
+        reason_is("PasswordRotation", "True", "OldPasswordGracePeriod"),
+    )
+    .await
+    .unwrap();
+    let accepted = changed.elapsed();
+    let new_writer = AuthWriter::start_on(client.clone(), ns.clone(), PLAIN, NEW, "new");
+    let old_log = old_writer.stop().await;
+    wait_for_valkey(
+        &valkeys,
+        PLAIN,
+        "PasswordRotation=False/PasswordRotated",
+        Duration::from_secs(90),
+        reason_is("PasswordRotation", "False", "PasswordRotated"),
+    )
+    .await
+    .unwrap();
+    let retired = changed.elapsed();
+    until(
+        Duration::from_secs(30),
+        "the new-password writer writes",
+        || async { Ok((new_writer.acked().await > 300).then_some(())) },
+    )
+    .await
+    .unwrap();
+    let new_log = new_writer.stop().await;
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for pod in pods.names_with_prefix(&format!("{PLAIN}-")) {
+        let ip = pods.ip(&pod).unwrap();
+        let old = auth(&ip, VALKEY_PORT, OLD).await.unwrap();
+        assert!(
+            matches!(&old, Reply::Error(e) if e.starts_with("WRONGPASS")),
+            "{pod}: the old password after the rotation: {old:?}"
+        );
+        authed(&ip, VALKEY_PORT, NEW).await.unwrap();
+    }
+    assert_eq!(
+        identities(&client, &ns).await.unwrap(),
+        before,
+        "no pod was replaced or restarted a container"
+    );
+    let master = labelled_master_ip_of(&client, &ns, PLAIN).await.unwrap();
+    let mut check = authed(&master, VALKEY_PORT, NEW).await.unwrap();
+    let mut lost = missing(&mut check, &old_log.acked).await.unwrap();
+    lost.extend(missing(&mut check, &new_log.acked).await.unwrap());
+    println!(
+        "without Sentinel: both accepted {accepted:?}, old retired {retired:?} after the change; \
+         {} lost of {}; AUTH refused {} / {}",
+        lost.len(),
+        old_log.acked.len() + new_log.acked.len(),
+        old_log.auth_refused,
+        new_log.auth_refused
+    );
+    assert!(
+        lost.is_empty(),
+        "lost {} (first {:?})",
+        lost.len(),
+        lost.first()
+    );
+    assert_eq!(old_log.auth_refused + new_log.auth_refused, 0);
+    test.cleanup().await.unwrap();
+}
