@@ -284,6 +284,15 @@ async fn redis_up(ip: &str) -> anyhow::Result<f64> {
         .context("no redis_up sample")
 }
 
+/// Which keys the writers had acknowledged the server behind `conn` does not hold.
+async fn missing_of(conn: &mut Conn, logs: &[&Log]) -> anyhow::Result<Vec<String>> {
+    let mut lost = Vec::new();
+    for log in logs {
+        lost.extend(missing(conn, &log.acked).await?);
+    }
+    Ok(lost)
+}
+
 /// Which of `keys` the server behind `conn` does not hold (EXISTS in batches).
 async fn missing(conn: &mut Conn, keys: &[String]) -> anyhow::Result<Vec<String>> {
     let mut missing = Vec::new();
@@ -301,12 +310,37 @@ async fn missing(conn: &mut Conn, keys: &[String]) -> anyhow::Result<Vec<String>
     Ok(missing)
 }
 
-fn reason_is(
-    type_: &'static str,
+/// The auth Secret `pw` gets the new password; when.
+async fn change_password(client: &kube::Client, ns: &str) -> anyhow::Result<Instant> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let changed = Instant::now();
+    secrets
+        .patch(
+            "pw",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": NEW}})),
+        )
+        .await?;
+    Ok(changed)
+}
+
+/// Waits (90 s at most) for `PasswordRotation=<status>/<reason>` on `valkey`.
+async fn rotation_step(
+    valkeys: &Api<Valkey>,
+    valkey: &str,
     status: &'static str,
     reason: &'static str,
-) -> impl Fn(&Valkey) -> bool {
-    move |valkey| condition(valkey, type_).is_some_and(|(s, r, _)| s == status && r == reason)
+) -> anyhow::Result<Valkey> {
+    wait_for_valkey(
+        valkeys,
+        valkey,
+        &format!("PasswordRotation={status}/{reason}"),
+        Duration::from_secs(90),
+        move |v| {
+            condition(v, "PasswordRotation").is_some_and(|(s, r, _)| s == status && r == reason)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,25 +371,10 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     .await
     .unwrap();
 
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let changed = Instant::now();
-    secrets
-        .patch(
-            "pw",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"stringData": {"password": NEW}})),
-        )
+    let changed = change_password(&client, &ns).await.unwrap();
+    let grace = rotation_step(&valkeys, NAME, "True", "OldPasswordGracePeriod")
         .await
         .unwrap();
-    let grace = wait_for_valkey(
-        &valkeys,
-        NAME,
-        "PasswordRotation=True/OldPasswordGracePeriod",
-        Duration::from_secs(90),
-        reason_is("PasswordRotation", "True", "OldPasswordGracePeriod"),
-    )
-    .await
-    .unwrap();
     let accepted_after = changed.elapsed();
     println!(
         "both passwords accepted {accepted_after:?} after the Secret changed: {:?}",
@@ -402,15 +421,9 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     assert_eq!(old_log.auth_refused, 0, "{:?}", old_log.errors);
     assert!(old_log.errors.is_empty(), "{:?}", old_log.errors);
 
-    let rotated = wait_for_valkey(
-        &valkeys,
-        NAME,
-        "PasswordRotation=False/PasswordRotated",
-        Duration::from_secs(90),
-        reason_is("PasswordRotation", "False", "PasswordRotated"),
-    )
-    .await
-    .unwrap();
+    let rotated = rotation_step(&valkeys, NAME, "False", "PasswordRotated")
+        .await
+        .unwrap();
     println!(
         "old password retired {:?} after the Secret changed",
         changed.elapsed()
@@ -499,8 +512,7 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
     assert_eq!(new_log.auth_refused, 0, "{:?}", new_log.errors);
     let rotated_master = labelled_master_ip(&client, &ns).await.unwrap();
     let mut check = authed(&rotated_master, VALKEY_PORT, NEW).await.unwrap();
-    let mut lost = missing(&mut check, &old_log.acked).await.unwrap();
-    lost.extend(missing(&mut check, &new_log.acked).await.unwrap());
+    let lost = missing_of(&mut check, &[&old_log, &new_log]).await.unwrap();
     println!(
         "acknowledged writes lost: {} of {}",
         lost.len(),
@@ -776,37 +788,16 @@ async fn without_sentinel_a_changed_password_rotates_without_a_restart() {
     )
     .await
     .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let changed = Instant::now();
-    secrets
-        .patch(
-            "pw",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"stringData": {"password": NEW}})),
-        )
+    let changed = change_password(&client, &ns).await.unwrap();
+    rotation_step(&valkeys, PLAIN, "True", "OldPasswordGracePeriod")
         .await
         .unwrap();
-    wait_for_valkey(
-        &valkeys,
-        PLAIN,
-        "PasswordRotation=True/OldPasswordGracePeriod",
-        Duration::from_secs(90),
-        reason_is("PasswordRotation", "True", "OldPasswordGracePeriod"),
-    )
-    .await
-    .unwrap();
     let accepted = changed.elapsed();
     let new_writer = AuthWriter::start_on(client.clone(), ns.clone(), PLAIN, NEW, "new");
     let old_log = old_writer.stop().await;
-    wait_for_valkey(
-        &valkeys,
-        PLAIN,
-        "PasswordRotation=False/PasswordRotated",
-        Duration::from_secs(90),
-        reason_is("PasswordRotation", "False", "PasswordRotated"),
-    )
-    .await
-    .unwrap();
+    rotation_step(&valkeys, PLAIN, "False", "PasswordRotated")
+        .await
+        .unwrap();
     let retired = changed.elapsed();
     until(
         Duration::from_secs(30),
@@ -833,8 +824,7 @@ async fn without_sentinel_a_changed_password_rotates_without_a_restart() {
     );
     let master = labelled_master_ip_of(&client, &ns, PLAIN).await.unwrap();
     let mut check = authed(&master, VALKEY_PORT, NEW).await.unwrap();
-    let mut lost = missing(&mut check, &old_log.acked).await.unwrap();
-    lost.extend(missing(&mut check, &new_log.acked).await.unwrap());
+    let lost = missing_of(&mut check, &[&old_log, &new_log]).await.unwrap();
     println!(
         "without Sentinel: both accepted {accepted:?}, old retired {retired:?} after the change; \
          {} lost of {}; AUTH refused {} / {}",

@@ -126,6 +126,32 @@ macro_rules! ask_with {
     }};
 }
 
+/// Dials the Sentinel (`sentinel`) or the valkey-server at `at`, runs `call` on the client (the
+/// two client types share the ACL calls) and closes it.
+macro_rules! on_server {
+    ($dialer:expr, $at:expr, $sentinel:expr, |$client:ident| $call:expr) => {
+        if $sentinel {
+            match $dialer.sentinel($at).await {
+                Ok($client) => {
+                    let result = $call.await;
+                    $client.close().await;
+                    result
+                }
+                Err(error) => Err(error),
+            }
+        } else {
+            match $dialer.valkey($at).await {
+                Ok($client) => {
+                    let result = $call.await;
+                    $client.close().await;
+                    result
+                }
+                Err(error) => Err(error),
+            }
+        }
+    };
+}
+
 /// A data pod: the passwords it accepts, and whether its `masterauth` is `password`.
 async fn ask_data(
     dialer: &Dialer,
@@ -322,25 +348,8 @@ async fn retire(
         )
     {
         check("ACL SETUSER default resetpass")?;
-        let result = if sentinel {
-            match dialer.sentinel(&at).await {
-                Ok(client) => {
-                    let r = client.set_default_user_passwords(password, &[]).await;
-                    client.close().await;
-                    r
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            match dialer.valkey(&at).await {
-                Ok(client) => {
-                    let r = client.set_default_user_passwords(password, &[]).await;
-                    client.close().await;
-                    r
-                }
-                Err(e) => Err(e),
-            }
-        };
+        let result = on_server!(dialer, &at, sentinel, |client| client
+            .set_default_user_passwords(password, &[]));
         result.map_err(|e| {
             fail(
                 pod,
@@ -399,23 +408,9 @@ pub async fn transition(
                 .await
             }
             (Some(_), false) => continue,
-            (None, true) => {
-                async {
-                    let client = dialer.sentinel(&pod.at).await?;
-                    let result = client.allow_any_client().await;
-                    client.close().await;
-                    result
-                }
-                .await
-            }
-            (None, false) => {
-                async {
-                    let client = dialer.valkey(&pod.at).await?;
-                    let result = client.allow_any_client().await;
-                    client.close().await;
-                    result
-                }
-                .await
+            (None, sentinel) => {
+                on_server!(dialer, &pod.at, sentinel, |client| client
+                    .allow_any_client())
             }
         };
         match result {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use vko_valkey::ValkeyClient;
+use vko_valkey::{SentinelClient, ValkeyClient};
 
 use crate::conf::{self, RoleLine};
 use crate::decide::{self, Authority};
@@ -39,6 +39,28 @@ impl Node {
             .valkey_via(local, &self.topology.me.host)
             .await
             .map_err(SidecarError::valkey(format!("connect to {local}")))
+    }
+
+    /// `call` on the Sentinel at `sentinel`, over a connection of its own; the error names the
+    /// Sentinel and `what`.
+    pub async fn on_sentinel<T>(
+        &self,
+        sentinel: &Endpoint,
+        what: &str,
+        call: impl AsyncFnOnce(&SentinelClient) -> vko_valkey::Result<T>,
+    ) -> Result<T> {
+        let client = self
+            .dialer
+            .sentinel(sentinel)
+            .await
+            .map_err(SidecarError::valkey(format!(
+                "connect to sentinel {sentinel}"
+            )))?;
+        let result = call(&client)
+            .await
+            .map_err(SidecarError::valkey(format!("{what} on {sentinel}")));
+        client.close().await;
+        result
     }
 
     /// No Sentinel and no replica config: one pod, nothing to replicate or guard.

@@ -169,25 +169,11 @@ async fn move_masterauth(node: &Node, password: &str) -> Result<bool> {
 async fn add_to_sentinels(node: &Node, password: &str) -> bool {
     let mut all = true;
     for sentinel in node.topology.sentinels().await {
-        let result = async {
-            let client = node
-                .dialer
-                .sentinel(&sentinel)
-                .await
-                .map_err(SidecarError::valkey(format!(
-                    "connect to sentinel {sentinel}"
-                )))?;
-            let added =
-                client
-                    .add_default_user_password(password)
-                    .await
-                    .map_err(SidecarError::valkey(format!(
-                        "ACL SETUSER default >… on {sentinel}"
-                    )));
-            client.close().await;
-            added
-        }
-        .await;
+        let result = node
+            .on_sentinel(&sentinel, "ACL SETUSER default >…", async |client| {
+                client.add_default_user_password(password).await
+            })
+            .await;
         if let Err(e) = result {
             tracing::warn!(%sentinel, error = %e, "password rotation: a Sentinel does not accept the new password yet");
             all = false;

@@ -372,24 +372,11 @@ impl Keeper {
 /// `SENTINEL FAILOVER` on the first Sentinel that accepts.
 async fn request_failover(node: &Node, name: &str) {
     for sentinel in node.topology.sentinels().await {
-        let result = async {
-            let client = node
-                .dialer
-                .sentinel(&sentinel)
-                .await
-                .map_err(SidecarError::valkey(format!(
-                    "connect to sentinel {sentinel}"
-                )))?;
-            let r = client
-                .failover(name)
-                .await
-                .map_err(SidecarError::valkey(format!(
-                    "SENTINEL FAILOVER on {sentinel}"
-                )));
-            client.close().await;
-            r
-        }
-        .await;
+        let result = node
+            .on_sentinel(&sentinel, "SENTINEL FAILOVER", async |client| {
+                client.failover(name).await
+            })
+            .await;
         match result {
             Ok(()) => {
                 tracing::info!(%sentinel, "SENTINEL FAILOVER requested: this pod restarted in the hold while replicas hold data");
