@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ha_support::{Conn, Pods, ROLE_LABEL, Reply, SENTINEL_PORT, VALKEY_PORT, kill_valkey_server};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams};
 use operator_support::{OperatorTest, condition, events_about, ok_with, wait_for_valkey};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -88,8 +88,8 @@ impl Log {
 }
 
 impl AuthWriter {
-    /// Plain `SET`s to the pod labelled master, `AUTH password` on every new connection, a new
-    /// connection every `reconnect_every` writes and after any error.
+    /// Plain `SET`s through the `-rw` Service, `AUTH default <password>` on every new connection,
+    /// a new connection every 100 writes and after any error.
     fn start(
         client: kube::Client,
         ns: String,
@@ -172,8 +172,16 @@ async fn write_loop(
     while !stop.load(Ordering::SeqCst) {
         if conn.is_none() {
             let connected = async {
-                let ip = labelled_master_ip_of(&client, &ns, valkey).await?;
-                let mut c = Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(2)).await?;
+                // Through `<valkey>-rw`'s ClusterIP, as clients connect (the testbed's kube-proxy
+                // routes it); a client's 1 s connect timeout (see ha_support's -rw writer).
+                let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+                let ip = services
+                    .get(&format!("{valkey}-rw"))
+                    .await?
+                    .spec
+                    .and_then(|spec| spec.cluster_ip)
+                    .context("the -rw Service has no ClusterIP")?;
+                let mut c = Conn::connect(&ip, VALKEY_PORT, Duration::from_secs(1)).await?;
                 // The two-argument form: a server without a password accepts it too.
                 let reply = c.call(&["AUTH", "default", password]).await?;
                 Ok::<_, anyhow::Error>((c, reply))
