@@ -97,12 +97,8 @@ async fn the_chart_grants_the_operator_no_write_it_did_not_use() -> anyhow::Resu
         users: vec![E2E_OPERATOR_USER.to_string()],
         service_account_suffixes: vec!["valkey-operator".to_string()],
     };
-    // A rotated-away part (`audit-<time>.log`) would leave this check seeing only the tail.
-    let rotated: Vec<String> =
-        std::fs::read_dir(log_path.parent().context("the log's directory")?)?
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| name.starts_with("audit-") && name.ends_with(".log"))
-            .collect();
+    // A rotated-away part would leave this check seeing only the tail.
+    let rotated = vko_testbed::controlplane::rotated_audit_logs(&Paths::from_env())?;
     anyhow::ensure!(
         rotated.is_empty(),
         "the API server rotated its audit log ({rotated:?}): raise --audit-log-maxsize"

@@ -60,6 +60,18 @@ pub fn audit_log(paths: &Paths) -> PathBuf {
     paths.logs_dir().join("audit.log")
 }
 
+/// Parts the API server rotated away from [`audit_log`] (`audit-<time>.log` beside it): none while
+/// `--audit-log-maxsize` is far above what a suite writes; any would leave a reader of
+/// [`audit_log`] with only the tail.
+pub fn rotated_audit_logs(paths: &Paths) -> std::io::Result<Vec<String>> {
+    let mut rotated: Vec<String> = std::fs::read_dir(paths.logs_dir())?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("audit-") && name.ends_with(".log"))
+        .collect();
+    rotated.sort();
+    Ok(rotated)
+}
+
 /// The testbed's record of every kube-apiserver start: one `<began> <ready>` line each, in the audit
 /// log's timestamp format (see [`crate::rbac_audit::read_apiserver_starts`]). Until it is ready, the
 /// API server's RBAC authorizer may refuse what the Roles grant; the RBAC check needs to know when.
@@ -1380,6 +1392,20 @@ mod tests {
         let mut command = Command::new("true");
         die_with_parent(&mut command);
         assert!(command.status().unwrap().success());
+    }
+
+    #[test]
+    fn rotated_audit_log_parts_are_found_beside_the_log() {
+        let root = std::env::temp_dir().join(format!("vko-audit-rotated-{}", std::process::id()));
+        let paths = Paths::new(&root);
+        std::fs::create_dir_all(paths.logs_dir()).unwrap();
+        std::fs::write(audit_log(&paths), "{}\n").unwrap();
+        std::fs::write(paths.logs_dir().join("kube-apiserver.log"), "").unwrap();
+        assert!(rotated_audit_logs(&paths).unwrap().is_empty());
+        let part = "audit-2026-12-05T00-48-28.793.log";
+        std::fs::write(paths.logs_dir().join(part), "{}\n").unwrap();
+        assert_eq!(rotated_audit_logs(&paths).unwrap(), vec![part.to_owned()]);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
