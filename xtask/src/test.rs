@@ -137,6 +137,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         results: Vec::new(),
     };
     let root = testbed::repo_root();
+    // Every end-to-end test's own time, for the summary: what to trim when the suite nears its budget.
+    let mut test_times = TestTimes::default();
 
     let prepared = steps.run("install prerequisites", install_prerequisites)
         && steps.run("build the Kubernetes binaries", || {
@@ -194,24 +196,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let e2e_args = E2eArgs::parse(&args.e2e_args);
             steps.run(
                 &format!("end-to-end tests, {threads} at once (all but {EXCLUSIVE_MARKER})"),
-                || run_concurrent_pass(&root, &e2e_args?, threads),
+                || run_concurrent_pass(&root, &e2e_args?, threads, &mut test_times),
             );
             let e2e_args = E2eArgs::parse(&args.e2e_args);
             steps.run(
                 &format!("end-to-end tests, the {EXCLUSIVE_MARKER} ones alone"),
-                || run_exclusive_pass(&root, &e2e_args?),
+                || run_exclusive_pass(&root, &e2e_args?, &mut test_times),
             );
             // After every other test: the audit log now holds the whole suite's requests.
             if args.e2e_args.is_empty() {
                 steps.run(
                     "RBAC least privilege: the suite's audit log vs the chart's ClusterRole",
-                    || run_rbac_check(&root),
+                    || run_rbac_check(&root, &mut test_times),
                 );
                 // Deletes the cluster-wide CRD (every Valkey): only once nothing else runs.
                 steps.run(
                     "helm uninstall removes the CRD, not the PVCs (alone, last)",
                     || {
-                        cargo_e2e(&root, &ignored_e2e_args("helm_uninstall_crd::"), &[])
+                        let args = ignored_e2e_args("helm_uninstall_crd::");
+                        cargo_e2e(&root, &args, &[], &mut test_times)
                             .context("helm_uninstall_crd failed")
                     },
                 );
@@ -270,6 +273,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             format_duration(result.elapsed)
         );
     }
+    test_times.print_slowest(SLOWEST_SHOWN);
     let failed = steps
         .results
         .iter()
@@ -312,6 +316,8 @@ impl E2eArgs {
     fn concurrent_pass(&self, threads: usize) -> Vec<String> {
         let mut args = self.cargo.clone();
         args.extend([
+            // Not the doc-tests (vko-e2e has none): rustdoc runs them, not the timing runner.
+            "--tests".to_owned(),
             "--".to_owned(),
             "--skip".to_owned(),
             EXCLUSIVE_MARKER.to_owned(),
@@ -355,12 +361,17 @@ fn exclusive_tests(listing: &str) -> Vec<String> {
         .collect()
 }
 
-fn run_concurrent_pass(root: &Path, args: &E2eArgs, threads: usize) -> anyhow::Result<()> {
+fn run_concurrent_pass(
+    root: &Path,
+    args: &E2eArgs,
+    threads: usize,
+    times: &mut TestTimes,
+) -> anyhow::Result<()> {
     anyhow::ensure!(threads > 0, "--e2e-threads must be at least 1");
-    cargo_e2e(root, &args.concurrent_pass(threads), &[]).context("end-to-end tests failed")
+    cargo_e2e(root, &args.concurrent_pass(threads), &[], times).context("end-to-end tests failed")
 }
 
-fn run_exclusive_pass(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
+fn run_exclusive_pass(root: &Path, args: &E2eArgs, times: &mut TestTimes) -> anyhow::Result<()> {
     let listing = cargo_e2e_output(root, &args.listing())?;
     let tests = exclusive_tests(&listing);
     if tests.is_empty() {
@@ -368,7 +379,8 @@ fn run_exclusive_pass(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("one at a time: {}", tests.join(", "));
-    cargo_e2e(root, &args.exclusive_pass(&tests), &[]).context("exclusive end-to-end tests failed")
+    cargo_e2e(root, &args.exclusive_pass(&tests), &[], times)
+        .context("exclusive end-to-end tests failed")
 }
 
 /// The arguments that run the `#[ignore]`d tests of one e2e module (`filter`) on their own: the
@@ -379,7 +391,7 @@ fn ignored_e2e_args(filter: &str) -> [String; 6] {
 
 /// `rbac_least_privilege` is `#[ignore]`d in the suite's own run (it must see the whole suite's audit
 /// log); this runs it on its own.
-fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
+fn run_rbac_check(root: &Path, times: &mut TestTimes) -> anyhow::Result<()> {
     let args = ignored_e2e_args("rbac_least_privilege::");
     let verdict_file =
         std::env::temp_dir().join(format!("vko-rbac-verdict-{}", std::process::id()));
@@ -388,6 +400,7 @@ fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
         root,
         &args,
         &[("VKO_RBAC_VERDICT_FILE", verdict_file.as_path())],
+        times,
     );
     // The test writes its failed reasons here: they go into the summary, the tail of a CI log.
     let reasons = std::fs::read_to_string(&verdict_file).unwrap_or_default();
@@ -415,20 +428,107 @@ fn run_rbac_check(root: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// `cargo test -p vko-e2e --features e2e <extra_args>` against the running testbed.
-fn cargo_e2e(root: &Path, extra_args: &[String], envs: &[(&str, &Path)]) -> anyhow::Result<()> {
-    println!(
-        "cargo test -p vko-e2e --features e2e {}",
-        extra_args.join(" ")
-    );
-    let status = e2e_command(root, extra_args)
+/// `cargo test -p vko-e2e --features e2e <extra_args>` against the running testbed, each test's
+/// time printed after its result (`ok <12.345s>`) and kept in `times`.
+fn cargo_e2e(
+    root: &Path,
+    extra_args: &[String],
+    envs: &[(&str, &Path)],
+    times: &mut TestTimes,
+) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let args = with_report_time(extra_args);
+    println!("cargo test -p vko-e2e --features e2e {}", args.join(" "));
+    let mut child = e2e_command(root, &args)
         .envs(envs.iter().copied())
-        .status()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .context("running cargo test -p vko-e2e")?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.context("reading the end-to-end tests' output")?;
+            println!("{line}");
+            times.record(&line);
+        }
+    }
+    let status = child.wait().context("waiting for cargo test -p vko-e2e")?;
     if !status.success() {
-        bail!("cargo test -p vko-e2e {} ({status})", extra_args.join(" "));
+        bail!("cargo test -p vko-e2e {} ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// Cargo's runner for every target: the test binary with `RUSTC_BOOTSTRAP=1`, so that its libtest
+/// takes `-Z unstable-options --report-time`.
+const REPORT_TIME_RUNNER: &str = "target.'cfg(all())'.runner=['env','RUSTC_BOOTSTRAP=1']";
+/// How many of the slowest end-to-end tests the summary names.
+const SLOWEST_SHOWN: usize = 12;
+
+/// `args` with libtest's per-test timing after the first `--` (one is added if there is none).
+fn with_report_time(args: &[String]) -> Vec<String> {
+    let flags = ["-Z", "unstable-options", "--report-time"].map(String::from);
+    let mut with = args.to_vec();
+    match with.iter().position(|arg| arg == "--") {
+        Some(separator) => {
+            with.splice(separator + 1..separator + 1, flags);
+        }
+        None => {
+            with.push("--".to_owned());
+            with.extend(flags);
+        }
+    }
+    with
+}
+
+/// The end-to-end tests' times as libtest reports them (`test <name> ... ok <1.234s>`).
+#[derive(Debug, Default)]
+struct TestTimes {
+    times: Vec<(String, Duration)>,
+    /// A test whose result line was split by its own output (`--nocapture`): the time ends a later
+    /// line.
+    pending: Option<String>,
+}
+
+impl TestTimes {
+    /// Keeps the time of a result line; any other line (a test's own output) is ignored.
+    fn record(&mut self, line: &str) {
+        let (name, result) = match line
+            .strip_prefix("test ")
+            .and_then(|rest| rest.split_once(" ... "))
+        {
+            Some((name, result)) => (name.to_owned(), result),
+            None => match self.pending.take() {
+                Some(name) => (name, line),
+                None => return,
+            },
+        };
+        let seconds = result
+            .strip_suffix("s>")
+            .and_then(|result| result.rsplit_once('<'))
+            .and_then(|(_, time)| time.parse::<f64>().ok());
+        match seconds {
+            Some(seconds) => self.times.push((name, Duration::from_secs_f64(seconds))),
+            None => self.pending = Some(name),
+        }
+    }
+
+    fn print_slowest(&self, count: usize) {
+        if self.times.is_empty() {
+            return;
+        }
+        let mut sorted: Vec<&(String, Duration)> = self.times.iter().collect();
+        sorted.sort_by_key(|(_, time)| std::cmp::Reverse(*time));
+        let total: Duration = self.times.iter().map(|(_, time)| *time).sum();
+        println!(
+            "the {} slowest of {} end-to-end tests ({} of test time in all):",
+            count.min(sorted.len()),
+            sorted.len(),
+            format_duration(total)
+        );
+        for (name, time) in sorted.into_iter().take(count) {
+            println!("  {:>8}  {name}", format_duration(*time));
+        }
+    }
 }
 
 /// As [`cargo_e2e`], returning what the test binary printed (cargo's own output still shows).
@@ -452,6 +552,9 @@ fn e2e_command(root: &Path, extra_args: &[String]) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
+        // libtest's --report-time is unstable: the test binary (not cargo, whose builds would
+        // change with it) runs with RUSTC_BOOTSTRAP=1, through cargo's target runner.
+        .args(["--config", REPORT_TIME_RUNNER])
         // --no-fail-fast: one failing test target must not hide the results of the others.
         .args([
             "test",
@@ -746,13 +849,14 @@ mod tests {
         let args = E2eArgs::parse(&[]).unwrap();
         assert_eq!(
             args.concurrent_pass(3),
-            strings(&["--", "--skip", "exclusive_", "--test-threads=3"])
+            strings(&["--tests", "--", "--skip", "exclusive_", "--test-threads=3"])
         );
         let args = E2eArgs::parse(&strings(&["operator_roll::", "--", "--nocapture"])).unwrap();
         assert_eq!(
             args.concurrent_pass(2),
             strings(&[
                 "operator_roll::",
+                "--tests",
                 "--",
                 "--skip",
                 "exclusive_",
@@ -804,6 +908,58 @@ mod tests {
         let args = E2eArgs::parse(&strings(&["--", "--exact", "a::b"])).unwrap();
         let pass = args.exclusive_pass(&tests);
         assert_eq!(pass.iter().filter(|arg| *arg == "--exact").count(), 1);
+    }
+
+    #[test]
+    fn report_time_goes_to_libtest_after_the_first_separator() {
+        assert_eq!(
+            with_report_time(&strings(&["--tests", "--", "--skip", "x", "--", "y"])),
+            strings(&[
+                "--tests",
+                "--",
+                "-Z",
+                "unstable-options",
+                "--report-time",
+                "--skip",
+                "x",
+                "--",
+                "y"
+            ])
+        );
+        assert_eq!(
+            with_report_time(&strings(&["--test", "e2e"])),
+            strings(&[
+                "--test",
+                "e2e",
+                "--",
+                "-Z",
+                "unstable-options",
+                "--report-time"
+            ])
+        );
+    }
+
+    #[test]
+    fn test_times_are_read_from_result_lines_only() {
+        let mut times = TestTimes::default();
+        for line in [
+            "test a::slow ... ok <312.250s>",
+            "test b::fast ... FAILED <1.500s>",
+            "test d::printed ... release \"vko-helm\" uninstalled",
+            "ok <4.000s>",
+            "test e::long has been running for over 60 seconds",
+            "test result: ok. 2 passed; 0 failed; finished in 3.00s",
+        ] {
+            times.record(line);
+        }
+        assert_eq!(
+            times.times,
+            vec![
+                ("a::slow".to_owned(), Duration::from_millis(312_250)),
+                ("b::fast".to_owned(), Duration::from_millis(1_500)),
+                ("d::printed".to_owned(), Duration::from_millis(4_000)),
+            ]
+        );
     }
 
     #[test]
