@@ -12,7 +12,7 @@
 //!   its claims and pod template untouched and the data still there; changing the spec back clears
 //!   both (`StorageSpecApplied`).
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support};
 

@@ -13,7 +13,7 @@
 //!
 //! The tests run one at a time among themselves (a lock): they measure timing on a 2-core machine
 //! (tests of other areas still run alongside, `--test-threads` at once in all).
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{fence_support, ha_support, operator_support};
 

@@ -17,7 +17,7 @@
 //! per topology (3 + 3, and 3 data pods without Sentinel) and prints one `BENCH` line a run.
 //!
 //! `exclusive_`: the bound is a timing bound, measured on a 2-core machine; it runs alone.
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{fence_measure, fence_support, ha_support, operator_support};
 

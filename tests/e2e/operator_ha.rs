@@ -9,7 +9,7 @@
 //! 0024), until every Sentinel knows its 2 real peers and `SentinelPeersStale` is False
 //! (`SentinelPeersCurrent`).
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support};
 

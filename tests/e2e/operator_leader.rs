@@ -8,7 +8,7 @@
 //! releasing; it stays up), A's own log no data-plane action after the resume, B's identity the
 //! roll's pod deletions and status writes, and the cluster must end OK with exactly one master.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 //! Exclusive (`cargo xtask test` runs it alone): its two operators contend for the shared e2e
 //! Lease, which the shared operator of the other tests holds.
 

@@ -13,7 +13,7 @@
 //! over `rediss://` by the pod's DNS name, verifying the certificate, and still reports `redis_up 1`
 //! and the role.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support, tls_support};
 

@@ -6,7 +6,7 @@
 //! the server stops: under a plain-`SET` writer no OK'd write is lost, and `-rw` and
 //! `status.masterPod` follow the new master.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support};
 

@@ -11,7 +11,7 @@
 //! The tests run concurrently with the rest of the suite (`--test-threads` at once), so their
 //! MEASURED lines are taken under that load; `cargo xtask bench roll` measures alone. The two that
 //! need their own operator to lead are `exclusive_` (`cargo xtask test` runs them alone).
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support};
 

@@ -17,7 +17,7 @@
 //! every acknowledged write on the master and on every replica, and the PVCs of removed pods kept.
 //! Each step prints its duration, the longest write gap inside it and how many pods it replaced.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{fence_support, ha_support, operator_support};
 

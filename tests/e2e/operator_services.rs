@@ -11,7 +11,7 @@
 //!   acknowledged is on the new master; the longest gap between two acknowledged writes of each is
 //!   printed side by side.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support};
 

@@ -5,8 +5,8 @@
 //! the operator says so (`RWServiceEmpty=True/NoPodLabeledMaster`); the resumed sidecar puts the
 //! label back and the condition clears (`MasterLabeled`).
 //!
-//! Needs the testbed to map the operator image `vko.local/vko:dev` to the workspace's built
-//! binaries (`vko-testbed serve --image vko.local/vko=<target/debug>`), with `vko-sidecar` built.
+//! Needs the testbed to run the operator image `vko.local/vko:dev` from the image built of the
+//! workspace's binaries (`cargo xtask testbed up` builds and unpacks it: docs/testbed.md).
 
 use vko_e2e::ha_support::valkey_cli_reply;
 use vko_e2e::operator_support;
@@ -21,7 +21,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use operator_support::{OperatorTest, SOLO_VALKEY, condition, wait_for_valkey};
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{apply_yaml, kubectl, wait_until};
+use vko_testbed::harness::{apply_yaml, kubectl, kubectl_output, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
@@ -45,6 +45,26 @@ async fn a_standalone_valkey_reaches_ok_and_serves_through_its_rw_service() {
     )
     .await
     .unwrap();
+
+    // The sidecar runs on the image's own root filesystem (ADR 0036): its binary where the image
+    // puts it, as the image's user, and none of the host's commands (the image has no shell).
+    let in_sidecar = |command: &'static [&'static str]| {
+        let ns = ns.clone();
+        async move {
+            let mut args = vec!["exec", "-n", &ns, "solo-0", "-c", "sidecar", "--"];
+            args.extend_from_slice(command);
+            kubectl_output(&args, b"").await.unwrap()
+        }
+    };
+    let help = in_sidecar(&["/usr/local/bin/vko-sidecar", "--help"]).await;
+    assert!(help.status.success(), "{help:?}");
+    let shell = in_sidecar(&["sh", "-c", "true"]).await;
+    // 127: the command was not found (kubectl exits with the command's code).
+    assert_eq!(
+        shell.status.code(),
+        Some(127),
+        "a shell in the sidecar: {shell:?}"
+    );
 
     let table = kubectl(&["get", "valkey", "solo", "-n", &ns, "--no-headers"])
         .await

@@ -6,7 +6,7 @@
 //! observedGeneration) are written; after someone edits a label the operator owns on a ConfigMap,
 //! exactly that ConfigMap is written back.
 //!
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 //! `VKO_OPERATOR_BIN` runs another operator binary (an older build, for a before/after figure).
 
 use std::collections::BTreeMap;

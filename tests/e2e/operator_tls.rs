@@ -27,7 +27,7 @@
 //! A second test runs dual-port mode (`allowUnencrypted` on both tiers).
 //!
 //! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
-//! Needs the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support, tls_support};
 

@@ -4,7 +4,7 @@
 //! the operator runs a 3-pod replicated Valkey on 9.1 to PHASE OK.
 //!
 //! Needs `cargo xtask valkey build` (8.1.1 and 9.1.2 in `~/.cache/vko`) and, for the operator test,
-//! the testbed's `--image vko.local/vko=<target/debug>` mapping (see operator_standalone).
+//! the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::ha_support::{pod_is_ready, valkey_cli_reply, valkey_pod};
 use vko_e2e::operator_support;

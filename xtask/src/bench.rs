@@ -247,7 +247,7 @@ pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
 }
 
 /// Runs the ignored end-to-end test `test` (`<area>::<name>`) on the testbed with `env`, echoing
-/// its stdout and handing every line to `on_line`. Builds the operator and the sidecar first;
+/// its stdout and handing every line to `on_line`. Builds the image's binaries first;
 /// someone else's running testbed is used and left running, one started here is stopped again.
 pub(crate) fn run_ignored_e2e(
     test: &str,
@@ -256,7 +256,15 @@ pub(crate) fn run_ignored_e2e(
 ) -> anyhow::Result<()> {
     paths::require_root()?;
     let paths = Paths::from_env();
-    testbed::cargo(&["build", "-p", "vko-operator", "-p", "vko-sidecar"])?;
+    testbed::cargo(&[
+        "build",
+        "-p",
+        "vko-operator",
+        "-p",
+        "vko-sidecar",
+        "-p",
+        "vko-observer",
+    ])?;
     let helm = crate::helm::build()?;
     let started_here = testbed::refuse_if_running(&paths).is_ok();
     if started_here {

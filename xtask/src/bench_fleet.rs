@@ -90,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let release_dir = testbed::target_dir().join("release");
     let elapsed = testbed::start_built_with_images(&paths, &release_dir)?;
     println!(
-        "testbed ready in {} (vko.local/vko → {})",
+        "testbed ready in {} (vko.local/vko built from {})",
         format_duration(elapsed),
         release_dir.display()
     );

@@ -7,8 +7,8 @@
 //! example.
 //!
 //! The demo's operator joins the leader election of the end-to-end tests' operators (Leases in
-//! `default`) and renders the same sidecar image (`vko.local/vko:dev`, which the testbed maps to
-//! the workspace's built binaries), so a demo next to running tests never has two operators
+//! `default`) and renders the same sidecar image (`vko.local/vko:dev`, which the testbed runs from
+//! the image built of the workspace's binaries), so a demo next to running tests never has two operators
 //! reconciling at once.
 
 use std::path::{Path, PathBuf};

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use vko_testbed::controlplane::format_duration;
+use vko_testbed::kubelet::images::{UNPACKED_CONFIG, UNPACKED_ROOTFS};
 use vko_testbed::paths;
 
 use crate::test::{NoServiceStarts, POLICY_RC_D, apt, find_command, run_to_success};
@@ -148,6 +149,52 @@ pub fn build(bin_dir: Option<&Path>) -> anyhow::Result<BuiltImage> {
         reference,
         size_bytes,
     })
+}
+
+/// Exports `reference` into `dir` as the testbed runs it (`vko_testbed`'s `UnpackedImage`):
+/// `dir/rootfs/`, the files of a container created from the image, and `dir/config.json`, the
+/// image's config (entrypoint, env, user). Whatever `dir` held is replaced.
+pub fn unpack(reference: &str, dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    let rootfs = dir.join(UNPACKED_ROOTFS);
+    std::fs::create_dir_all(&rootfs).with_context(|| format!("creating {}", rootfs.display()))?;
+    let config = podman(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config}}",
+        reference,
+    ])?;
+    let config_path = dir.join(UNPACKED_CONFIG);
+    std::fs::write(&config_path, config.trim())
+        .with_context(|| format!("writing {}", config_path.display()))?;
+    let container = format!("vko-image-unpack-{}", std::process::id());
+    let archive = dir.join("rootfs.tar");
+    podman(&[
+        "create",
+        "--name",
+        &container,
+        "--network",
+        "none",
+        reference,
+    ])?;
+    let exported = podman(&["export", "--output", &path_str(&archive)?, &container]);
+    if let Err(error) = podman(&["rm", &container]) {
+        eprintln!("could not remove the container {container}: {error:#}");
+    }
+    exported?;
+    run_checked(
+        Command::new("tar")
+            .arg("--extract")
+            .arg("--file")
+            .arg(&archive)
+            .arg("--directory")
+            .arg(&rootfs),
+    )?;
+    std::fs::remove_file(&archive).with_context(|| format!("removing {}", archive.display()))?;
+    Ok(())
 }
 
 fn install_host_commands() -> anyhow::Result<()> {

@@ -238,9 +238,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         steps.run("check that nothing was left behind", testbed::check_clean);
     }
     // After the testbed is down (it needs none): the image assembled from this run's debug binaries
-    // and run with podman — the same base, layout, user and entrypoint as `cargo xtask image`, in
-    // seconds instead of a release build (which would add a cold release build to every fresh-clone
-    // run). No test uses the image yet, so it holds nothing up.
+    // (as the testbed's pods ran it) and run with podman as the chart runs it — the same base,
+    // layout, user and entrypoint as `cargo xtask image`, in seconds instead of a release build
+    // (which would add a cold release build to every fresh-clone run).
     if !prepared {
         steps.skip("image", "the build did not complete");
     } else if args.skip_image {

@@ -97,9 +97,6 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The operator image name the operator renders by default (`--operator-image` of `vko-operator`).
-const OPERATOR_IMAGE: &str = "vko.local/vko";
-
 fn supervisor_binary() -> PathBuf {
     target_dir().join("debug").join("vko-testbed")
 }
@@ -121,10 +118,16 @@ pub fn build_go_binaries() -> anyhow::Result<BuildOutcome> {
     Ok(outcome)
 }
 
-/// `cargo xtask testbed build`.
+/// `cargo xtask testbed build`: the Go binaries, the supervisor and the binaries of the operator
+/// image (every testbed start builds the image from them).
 pub fn build() -> anyhow::Result<()> {
     build_go_binaries()?;
-    cargo(&["build", "--package", "vko-testbed", "--bin", "vko-testbed"])
+    // Each binary is its package's one bin target, named like the package.
+    let mut args = vec!["build", "--package", "vko-testbed", "--bin", "vko-testbed"];
+    for binary in crate::image::BINARIES {
+        args.extend(["--package", binary, "--bin", binary]);
+    }
+    cargo(&args)
 }
 
 /// Runs `cargo <args>` in the repository root.
@@ -178,20 +181,35 @@ pub fn start_built(paths: &Paths) -> anyhow::Result<Duration> {
     start_built_with_images(paths, &target_dir().join("debug"))
 }
 
-/// [`start_built`] with the operator image's pods (sidecar, init, observer, the chart's operator)
-/// running the binaries in `image_dir` (e.g. `target/release`).
-pub fn start_built_with_images(paths: &Paths, image_dir: &Path) -> anyhow::Result<Duration> {
+/// [`start_built`] with the operator image (sidecar, init, observer, the chart's operator) built
+/// from the binaries in `bin_dir` (e.g. `target/release`): its pods run on the image's own root
+/// filesystem, unpacked into the state directory, as in a user's cluster.
+pub fn start_built_with_images(paths: &Paths, bin_dir: &Path) -> anyhow::Result<Duration> {
     refuse_if_running(paths)?;
     if !find_leftovers(paths)?.is_empty() {
         println!("removing leftovers of an earlier testbed first");
         sweep(paths)?;
     }
-    start_supervisor(paths, image_dir)
+    let started = Instant::now();
+    let image = crate::image::build(Some(bin_dir))?;
+    let unpacked = paths.state_dir().join(UNPACKED_IMAGE_DIR);
+    crate::image::unpack(&image.reference, &unpacked)?;
+    println!(
+        "image {} from {} unpacked into {} in {}",
+        image.reference,
+        bin_dir.display(),
+        unpacked.display(),
+        format_duration(started.elapsed())
+    );
+    start_supervisor(paths, &unpacked)
 }
+
+/// Where in the state directory the operator image is unpacked for the testbed's pods.
+const UNPACKED_IMAGE_DIR: &str = "images/vko";
 
 /// Starts the (already built) supervisor detached and waits for its ready marker. On failure the
 /// supervisor's log tail is printed and everything it may have left is swept away.
-fn start_supervisor(paths: &Paths, image_dir: &Path) -> anyhow::Result<Duration> {
+fn start_supervisor(paths: &Paths, unpacked_image: &Path) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(paths.state_dir())
         .with_context(|| format!("creating {}", paths.state_dir().display()))?;
     let log_path = paths.supervisor_log();
@@ -212,10 +230,14 @@ fn start_supervisor(paths: &Paths, image_dir: &Path) -> anyhow::Result<Duration>
         .arg(paths.state_dir())
         .arg("--bin-dir")
         .arg(paths::bin_dir())
-        // The operator image of the rendered pods (sidecar, init, observer) runs this workspace's
-        // freshly built binaries.
+        // The operator image of the rendered pods (sidecar, init, observer) and of the chart's
+        // operator: this workspace's freshly built binaries, on the image's root filesystem.
         .arg("--image")
-        .arg(format!("{OPERATOR_IMAGE}={}", image_dir.display()))
+        .arg(format!(
+            "{}={}",
+            crate::image::IMAGE_REPOSITORY,
+            unpacked_image.display()
+        ))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)

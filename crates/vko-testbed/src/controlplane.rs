@@ -920,7 +920,8 @@ where
 struct ServeOptions {
     state_dir: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
-    /// `--image PREFIX=DIR`: images starting with PREFIX run binaries from DIR.
+    /// `--image PREFIX=DIR`: images starting with PREFIX run from the unpacked image in DIR
+    /// (`kubelet::images::UnpackedImage`).
     extra_images: Vec<(String, PathBuf)>,
 }
 
@@ -1131,7 +1132,18 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
         shim_exe: std::env::current_exe().map_err(Error::io("finding the vko-testbed binary"))?,
         cluster_domain: "cluster.local".into(),
         api_server: std::net::SocketAddrV4::new(APISERVER_BRIDGE_IP, APISERVER_PORT),
-        extra_images: options.extra_images.clone(),
+        extra_images: options
+            .extra_images
+            .iter()
+            .map(|(prefix, dir)| {
+                crate::kubelet::images::UnpackedImage::load(prefix, dir).map_err(|detail| {
+                    Error::Invalid {
+                        what: format!("--image {prefix}={}", dir.display()),
+                        detail,
+                    }
+                })
+            })
+            .collect::<Result<_>>()?,
         heartbeat_api: heartbeat_config(paths).await?,
     };
     let node_names: Vec<String> = config.nodes.iter().map(|node| node.name.clone()).collect();

@@ -1,6 +1,6 @@
 //! Containers as processes. A container is `vko-testbed shim --spec FILE`, which enters the pod's
 //! network namespace, builds a private mount and UTS namespace with an overlay root over the host's
-//! `/`, and then `exec`s the container's command: the pid of the spawned shim IS the container's pid.
+//! `/` (or the image's own root filesystem), and then `exec`s the container's command: the pid of the spawned shim IS the container's pid.
 //! See [`shim`] for what happens inside. [`exec`] runs a command in a running container's namespaces.
 
 mod shim;
@@ -65,6 +65,9 @@ pub struct ContainerSpec {
     pub supplementary_groups: Vec<u32>,
     /// Mount the overlay root (and its `/tmp`, `/run`) read-only; volumes stay as given.
     pub read_only_root: bool,
+    /// The image's root filesystem, the overlay's lower layer; `None`: the host's `/`.
+    #[serde(default)]
+    pub rootfs: Option<PathBuf>,
 }
 
 /// How a container (or an exec'd command) ended, Kubernetes-style.
@@ -398,6 +401,14 @@ fn validate_spec(spec: &ContainerSpec) -> Result<()> {
         return Err(invalid(format!(
             "scratch_dir {scratch:?} must be absolute and free of ',' and ':'"
         )));
+    }
+    if let Some(rootfs) = &spec.rootfs {
+        let text = rootfs.to_string_lossy();
+        if !rootfs.is_absolute() || text.contains([',', ':']) {
+            return Err(invalid(format!(
+                "rootfs {text:?} must be absolute and free of ',' and ':'"
+            )));
+        }
     }
     for mount in &spec.mounts {
         shim::check_container_path(&mount.target).map_err(invalid)?;

@@ -138,6 +138,7 @@ impl Pod {
             user: None,
             supplementary_groups: Vec::new(),
             read_only_root: false,
+            rootfs: None,
         }
     }
 
@@ -505,6 +506,74 @@ async fn users_read_only_mounts_and_read_only_roots_are_enforced() {
             .contains("extra")
     );
     assert!(writable.join("by-root").exists());
+}
+
+/// A root filesystem holding only the host's `sh` and the libraries `ldd` names for it, at their
+/// host paths, and a marker file.
+fn minimal_rootfs(dir: &Path) {
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    let ldd = Command::new("ldd").arg(&sh).output().unwrap();
+    let libraries: Vec<PathBuf> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    assert!(!libraries.is_empty(), "ldd {}: no library", sh.display());
+    let copy = |from: &Path, to: &Path| {
+        let target = dir.join(to.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(from, &target).unwrap();
+    };
+    copy(&sh, Path::new("/bin/sh"));
+    for library in &libraries {
+        copy(library, library);
+    }
+    std::fs::write(dir.join("marker"), "the image's own root\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_with_an_image_root_sees_that_filesystem_and_not_the_hosts() {
+    let bridge = bridge();
+    let mut pod = Pod::new(&bridge, "pod-rootfs");
+    let rootfs = pod.dir.0.join("image-rootfs");
+    minimal_rootfs(&rootfs);
+    let script = "read line < /marker; echo \"$line\"; \
+        if [ -e /usr/bin/valkey-server ]; then echo host; else echo no-host; fi; \
+        echo written > /tmp/x && echo tmp-ok; exec sh -c 'while :; do read _ < /marker; done'";
+    let mut spec = pod.spec("own-root", &["sh", "-c", script]);
+    spec.env = vec![("PATH".into(), "/bin".into())];
+    spec.rootfs = Some(rootfs.clone());
+    let own = pod.start(&spec);
+    eventually("the container printed what it sees", || {
+        let log = pod.log("own-root");
+        async move { log.lines().count() >= 3 }
+    })
+    .await;
+    let log = pod.log("own-root");
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        ["the image's own root", "no-host", "tmp-ok"],
+        "{log}"
+    );
+    // An exec'd command runs in the same root.
+    let output = pod
+        .exec(own, &["sh", "-c", "read line < /marker; echo \"$line\""])
+        .await;
+    assert_eq!(stdout(&output), "the image's own root");
+    // The image's files are the lower layer: the container's writes never reach them.
+    let output = pod.exec(own, &["sh", "-c", "echo changed > /marker"]).await;
+    assert_eq!(output.exit_code, 0);
+    assert_eq!(
+        std::fs::read_to_string(rootfs.join("marker")).unwrap(),
+        "the image's own root\n"
+    );
+    // A command only the host has is not found.
+    let missing = pod.start(&{
+        let mut spec = pod.spec("host-only", &["valkey-server", "--version"]);
+        spec.rootfs = Some(rootfs.clone());
+        spec
+    });
+    assert_eq!(pod.containers[missing].wait().await.unwrap().exit_code, 127);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,8 +11,6 @@ use std::net::SocketAddrV4;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret};
 
-use super::images::{DEFAULT_PATH, EXTRA_BIN_MOUNT};
-
 /// Why a container's configuration cannot be built (reported as `CreateContainerConfigError`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -31,8 +29,8 @@ pub struct EnvContext<'a> {
     pub secrets: &'a BTreeMap<String, Option<Secret>>,
     /// ConfigMaps of the pod's namespace by name; `None` when it does not exist.
     pub config_maps: &'a BTreeMap<String, Option<ConfigMap>>,
-    /// Whether the image puts its own binaries at `/vko/bin` (first on the default PATH).
-    pub image_has_bin_dir: bool,
+    /// The image's environment, under the pod's (`ImageMapping::base_env`).
+    pub image_env: &'a [(String, String)],
 }
 
 /// The Secrets and ConfigMaps (by name) a container's env and envFrom refer to.
@@ -175,15 +173,12 @@ pub fn resolve(container: &Container, ctx: &EnvContext<'_>) -> Result<ResolvedEn
     let mut expansion: BTreeMap<String, String> = service_env.iter().cloned().collect();
     expansion.extend(pod_env.iter().cloned());
 
-    let default_path = if ctx.image_has_bin_dir {
-        format!("{EXTRA_BIN_MOUNT}:{DEFAULT_PATH}")
-    } else {
-        DEFAULT_PATH.to_string()
-    };
-    let mut process = vec![
-        ("PATH".to_string(), default_path),
-        ("HOSTNAME".to_string(), ctx.hostname.to_string()),
-    ];
+    let mut process = ctx.image_env.to_vec();
+    set(
+        &mut process,
+        "HOSTNAME".to_string(),
+        ctx.hostname.to_string(),
+    );
     for (name, value) in pod_env.iter().chain(
         service_env
             .iter()
@@ -365,6 +360,7 @@ pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::DEFAULT_PATH;
     use super::*;
 
     fn lookup(name: &str) -> Option<String> {
@@ -410,6 +406,7 @@ mod tests {
         config_maps: &BTreeMap<String, Option<ConfigMap>>,
     ) -> Result<ResolvedEnv, ConfigError> {
         let pod = pod();
+        let image_env = vec![("PATH".to_owned(), DEFAULT_PATH.to_owned())];
         let ctx = EnvContext {
             pod: &pod,
             pod_ip: "10.244.0.7",
@@ -418,7 +415,7 @@ mod tests {
             api_server: "10.244.0.1:6443".parse().unwrap(),
             secrets,
             config_maps,
-            image_has_bin_dir: false,
+            image_env: &image_env,
         };
         resolve(container, &ctx)
     }

@@ -1,8 +1,9 @@
-//! The image map: the testbed has no images, so an image name is mapped to host binaries, and the
-//! container's argv is computed from the pod's `command`/`args` the way a container runtime combines
-//! them with an image's ENTRYPOINT and CMD.
+//! The image map: the testbed pulls no images, so a third-party image name is mapped to host
+//! binaries (on an overlay of the host's `/`), and our own images run from their unpacked root
+//! filesystem ([`UnpackedImage`]). The container's argv is computed from the pod's `command`/`args`
+//! the way a container runtime combines them with an image's ENTRYPOINT and CMD.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where an image's extra binaries are bind-mounted inside the container (first on PATH).
 pub const EXTRA_BIN_MOUNT: &str = "/vko/bin";
@@ -21,6 +22,102 @@ pub struct ImageMapping {
     pub bin_dir: Option<PathBuf>,
     /// The command that builds `bin_dir` when it is missing (named in the `ErrImagePull`).
     pub build_command: Option<String>,
+    /// The image's own root filesystem, the lower layer of the container's overlay; `None`: the
+    /// host's `/`.
+    pub rootfs: Option<PathBuf>,
+    /// The image's environment (`NAME=value`), under the pod's; `None`: [`ImageMapping::base_env`]'s
+    /// default PATH.
+    pub env: Option<Vec<String>>,
+    /// The image's user (`uid:gid`) when the pod names none.
+    pub user: Option<(u32, u32)>,
+}
+
+impl ImageMapping {
+    /// The environment a container of this image starts from, before the pod's: the image's own,
+    /// else the usual PATH (with [`EXTRA_BIN_MOUNT`] first when the image has a `bin_dir`).
+    pub fn base_env(&self) -> Vec<(String, String)> {
+        if let Some(env) = &self.env {
+            return env
+                .iter()
+                .map(|entry| match entry.split_once('=') {
+                    Some((name, value)) => (name.to_owned(), value.to_owned()),
+                    None => (entry.clone(), String::new()),
+                })
+                .collect();
+        }
+        let path = if self.bin_dir.is_some() {
+            format!("{EXTRA_BIN_MOUNT}:{DEFAULT_PATH}")
+        } else {
+            DEFAULT_PATH.to_owned()
+        };
+        vec![("PATH".to_owned(), path)]
+    }
+}
+
+/// One of our own images, unpacked (`cargo xtask testbed up` exports it from the local containers
+/// storage): `<dir>/rootfs/` is its root filesystem and `<dir>/config.json` its config (`podman
+/// image inspect`'s `.Config`). Its containers run on that filesystem, not the host's, so a missing
+/// library, CA file or writable path fails here as it would in a user's cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnpackedImage {
+    /// Image names starting with this run from this image (the longest matching prefix wins).
+    pub prefix: String,
+    pub rootfs: PathBuf,
+    pub config: ImageConfig,
+}
+
+/// The parts of an OCI image config a container runtime applies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ImageConfig {
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    pub cmd: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    /// `uid[:gid]`, numeric (a name would need the image's /etc/passwd).
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// The files of an unpacked image directory.
+pub const UNPACKED_ROOTFS: &str = "rootfs";
+pub const UNPACKED_CONFIG: &str = "config.json";
+
+impl UnpackedImage {
+    /// Reads `<dir>/config.json` and checks `<dir>/rootfs/` (`--image PREFIX=DIR`).
+    pub fn load(prefix: &str, dir: &Path) -> Result<UnpackedImage, String> {
+        let rootfs = dir.join(UNPACKED_ROOTFS);
+        if !rootfs.is_dir() {
+            return Err(format!("{} is not a directory", rootfs.display()));
+        }
+        let config_path = dir.join(UNPACKED_CONFIG);
+        let text = std::fs::read_to_string(&config_path)
+            .map_err(|error| format!("reading {}: {error}", config_path.display()))?;
+        let config: ImageConfig = serde_json::from_str(&text)
+            .map_err(|error| format!("parsing {}: {error}", config_path.display()))?;
+        if let Some(user) = &config.user {
+            parse_user(user).map_err(|error| format!("{}: {error}", config_path.display()))?;
+        }
+        Ok(UnpackedImage {
+            prefix: prefix.to_owned(),
+            rootfs,
+            config,
+        })
+    }
+}
+
+/// `uid[:gid]` (the gid defaults to the uid's, as numeric users have no passwd entry to name one).
+fn parse_user(user: &str) -> Result<(u32, u32), String> {
+    let number = |part: &str| {
+        part.parse::<u32>()
+            .map_err(|_| format!("image user {user:?} is not numeric uid[:gid]"))
+    };
+    match user.split_once(':') {
+        Some((uid, gid)) => Ok((number(uid)?, number(gid)?)),
+        None => number(user).map(|uid| (uid, uid)),
+    }
 }
 
 /// The ENTRYPOINT of a mapped image.
@@ -32,9 +129,9 @@ pub enum Entrypoint {
     /// (`-x`/`--x`) or a `*.conf` file, `valkey-server` is put in front of it; otherwise the argv runs
     /// as given. (Its `gosu valkey` user switch is not emulated: containers run as the pod says.)
     ValkeyDockerEntrypoint,
-    /// An ENTRYPOINT that is one executable (like redis_exporter's `["/redis_exporter"]`): the CMD
-    /// or the pod's `args` follow it.
-    Executable(String),
+    /// An exec-form ENTRYPOINT (like redis_exporter's `["/redis_exporter"]`): the CMD or the pod's
+    /// `args` follow it.
+    Command(Vec<String>),
 }
 
 /// The redis_exporter release the testbed runs for every `oliver006/redis_exporter` tag: `cargo
@@ -133,7 +230,7 @@ pub fn valkey_bin_dir(version: &str) -> PathBuf {
 /// An image the testbed has no binaries for (reported as `ErrImagePull`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "image {image:?} is not mapped to host binaries by the testbed (known: [docker.io/]valkey/valkey with tags {tags}; [docker.io/|quay.io/]oliver006/redis_exporter:*, vko-testbed/shell:*{extra})",
+    "image {image:?} is not mapped by the testbed (known: [docker.io/]valkey/valkey with tags {tags}; [docker.io/|quay.io/]oliver006/redis_exporter:*, vko-testbed/shell:*{extra})",
     tags = VALKEY_TAG_MAP
 )]
 pub struct UnmappedImage {
@@ -141,16 +238,13 @@ pub struct UnmappedImage {
     extra: String,
 }
 
-/// Maps an image name to host binaries. `extra_images` are (image-name prefix, binary dir) pairs.
-pub fn resolve(
-    image: &str,
-    extra_images: &[(String, PathBuf)],
-) -> Result<ImageMapping, UnmappedImage> {
+/// Maps an image name to host binaries or to one of `unpacked` images.
+pub fn resolve(image: &str, unpacked: &[UnpackedImage]) -> Result<ImageMapping, UnmappedImage> {
     let repository = repository_of(image);
     let unmapped = || {
-        let extra = extra_images
+        let extra = unpacked
             .iter()
-            .map(|(prefix, _)| format!(", {prefix}*"))
+            .map(|unpacked| format!(", {}*", unpacked.prefix))
             .collect::<String>();
         UnmappedImage {
             image: image.to_string(),
@@ -170,46 +264,64 @@ pub fn resolve(
             default_cmd: vec!["valkey-server".into()],
             bin_dir,
             build_command,
+            ..host_mapping()
         });
     }
     if REDIS_EXPORTER_REPOSITORIES.contains(&repository) {
         // The image's ENTRYPOINT is `/redis_exporter` with no CMD; it is configured by env vars.
         return Ok(ImageMapping {
-            entrypoint: Entrypoint::Executable(format!("{EXTRA_BIN_MOUNT}/redis_exporter")),
+            entrypoint: Entrypoint::Command(vec![format!("{EXTRA_BIN_MOUNT}/redis_exporter")]),
             default_cmd: Vec::new(),
             bin_dir: Some(redis_exporter_dir()),
             build_command: Some("cargo xtask exporter build".into()),
+            ..host_mapping()
         });
     }
     if repository == "vko-testbed/shell" {
         return Ok(ImageMapping {
-            entrypoint: Entrypoint::None,
             default_cmd: vec!["sh".into()],
-            bin_dir: None,
-            build_command: None,
+            ..host_mapping()
         });
     }
     // The longest matching prefix wins, so a specific entry can override a general one.
-    if let Some((_, dir)) = extra_images
+    if let Some(unpacked) = unpacked
         .iter()
-        .filter(|(prefix, _)| !prefix.is_empty() && image.starts_with(prefix.as_str()))
-        .max_by_key(|(prefix, _)| prefix.len())
+        .filter(|unpacked| !unpacked.prefix.is_empty() && image.starts_with(&unpacked.prefix))
+        .max_by_key(|unpacked| unpacked.prefix.len())
     {
-        // The image's CMD is its last path segment (e.g. `example/operator:dev` runs `operator`),
-        // found on PATH where the image's binaries come first.
-        let name = repository
-            .rsplit('/')
-            .next()
-            .unwrap_or(repository)
-            .to_string();
+        let config = &unpacked.config;
         return Ok(ImageMapping {
-            entrypoint: Entrypoint::None,
-            default_cmd: vec![name],
-            bin_dir: Some(dir.clone()),
-            build_command: None,
+            entrypoint: match &config.entrypoint {
+                Some(entrypoint) if !entrypoint.is_empty() => {
+                    Entrypoint::Command(entrypoint.clone())
+                }
+                _ => Entrypoint::None,
+            },
+            default_cmd: config.cmd.clone().unwrap_or_default(),
+            rootfs: Some(unpacked.rootfs.clone()),
+            env: config.env.clone(),
+            // Checked when the image was loaded.
+            user: config
+                .user
+                .as_deref()
+                .and_then(|user| parse_user(user).ok()),
+            ..host_mapping()
         });
     }
     Err(unmapped())
+}
+
+/// A mapping to the host's `/` with nothing of its own.
+fn host_mapping() -> ImageMapping {
+    ImageMapping {
+        entrypoint: Entrypoint::None,
+        default_cmd: Vec::new(),
+        bin_dir: None,
+        build_command: None,
+        rootfs: None,
+        env: None,
+        user: None,
+    }
 }
 
 /// The tag of an image reference, `""` when it has none (`valkey/valkey@sha256:…` → `""`).
@@ -246,9 +358,7 @@ pub fn container_argv(mapping: &ImageMapping, command: &[String], args: &[String
     };
     match mapping.entrypoint {
         Entrypoint::None => cmd,
-        Entrypoint::Executable(ref executable) => {
-            std::iter::once(executable.clone()).chain(cmd).collect()
-        }
+        Entrypoint::Command(ref entrypoint) => entrypoint.iter().cloned().chain(cmd).collect(),
         Entrypoint::ValkeyDockerEntrypoint => {
             let first = cmd.first().map(String::as_str).unwrap_or("");
             if first.starts_with('-') || first.ends_with(".conf") {
@@ -423,26 +533,90 @@ mod tests {
         assert!(resolve("myregistry:5000/valkey/valkey:8", &[]).is_err());
     }
 
+    fn unpacked(prefix: &str, rootfs: &str, config: ImageConfig) -> UnpackedImage {
+        UnpackedImage {
+            prefix: prefix.to_owned(),
+            rootfs: PathBuf::from(rootfs),
+            config,
+        }
+    }
+
     #[test]
-    fn extra_images_match_by_longest_prefix_and_run_their_last_segment() {
+    fn unpacked_images_match_by_longest_prefix_and_run_on_their_own_root_with_their_config() {
+        let operator = ImageConfig {
+            entrypoint: Some(strings(&["vko-operator"])),
+            cmd: None,
+            env: Some(strings(&[
+                "PATH=/usr/local/bin:/usr/bin",
+                "SSL_CERT_FILE=/etc/ca",
+            ])),
+            user: Some("65532:65532".into()),
+        };
         let extra = vec![
-            ("example.com/vko/".to_string(), PathBuf::from("/tmp/all")),
-            (
-                "example.com/vko/operator".to_string(),
-                PathBuf::from("/tmp/operator"),
-            ),
+            unpacked("example.com/vko/", "/tmp/all", ImageConfig::default()),
+            unpacked("example.com/vko/operator", "/tmp/operator", operator),
         ];
         let mapping = resolve("example.com/vko/operator:dev", &extra).unwrap();
-        assert_eq!(mapping.bin_dir, Some(PathBuf::from("/tmp/operator")));
-        assert_eq!(mapping.default_cmd, strings(&["operator"]));
+        assert_eq!(mapping.rootfs, Some(PathBuf::from("/tmp/operator")));
+        assert_eq!(mapping.bin_dir, None);
+        assert_eq!(mapping.user, Some((65532, 65532)));
         assert_eq!(
-            resolve("example.com/vko/sidecar:dev", &extra)
-                .unwrap()
-                .bin_dir,
-            Some(PathBuf::from("/tmp/all"))
+            mapping.base_env(),
+            vec![
+                ("PATH".to_owned(), "/usr/local/bin:/usr/bin".to_owned()),
+                ("SSL_CERT_FILE".to_owned(), "/etc/ca".to_owned()),
+            ]
+        );
+        // The ENTRYPOINT takes the args; a command replaces it.
+        assert_eq!(
+            container_argv(&mapping, &[], &strings(&["--help"])),
+            strings(&["vko-operator", "--help"])
+        );
+        assert_eq!(
+            container_argv(&mapping, &strings(&["vko-sidecar"]), &strings(&["init"])),
+            strings(&["vko-sidecar", "init"])
+        );
+        let general = resolve("example.com/vko/sidecar:dev", &extra).unwrap();
+        assert_eq!(general.rootfs, Some(PathBuf::from("/tmp/all")));
+        assert_eq!(general.entrypoint, Entrypoint::None);
+        assert_eq!(general.user, None);
+        assert_eq!(
+            general.base_env(),
+            vec![("PATH".to_owned(), DEFAULT_PATH.to_owned())]
         );
         let error = resolve("other/image:1", &extra).unwrap_err().to_string();
         assert!(error.contains("example.com/vko/*"), "{error}");
+        // Host-mapped images keep the host's root.
+        assert_eq!(resolve("valkey/valkey:8.0", &extra).unwrap().rootfs, None);
+    }
+
+    #[test]
+    fn an_unpacked_image_needs_its_rootfs_and_a_config_with_a_numeric_user() {
+        let dir = std::env::temp_dir().join(format!("vko-unpacked-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let error = UnpackedImage::load("x/", &dir).unwrap_err();
+        assert!(error.contains("rootfs is not a directory"), "{error}");
+        std::fs::create_dir(dir.join(UNPACKED_ROOTFS)).unwrap();
+        assert!(
+            UnpackedImage::load("x/", &dir)
+                .unwrap_err()
+                .contains("config.json")
+        );
+        std::fs::write(dir.join(UNPACKED_CONFIG), r#"{"User":"nonroot","Env":[]}"#).unwrap();
+        let error = UnpackedImage::load("x/", &dir).unwrap_err();
+        assert!(error.contains("not numeric"), "{error}");
+        std::fs::write(
+            dir.join(UNPACKED_CONFIG),
+            r#"{"User":"65532","Entrypoint":["a"],"WorkingDir":"/","Labels":{}}"#,
+        )
+        .unwrap();
+        let image = UnpackedImage::load("x/", &dir).unwrap();
+        assert_eq!(image.rootfs, dir.join(UNPACKED_ROOTFS));
+        assert_eq!(image.config.entrypoint, Some(strings(&["a"])));
+        assert_eq!(parse_user("65532"), Ok((65532, 65532)));
+        assert_eq!(parse_user("1:2"), Ok((1, 2)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

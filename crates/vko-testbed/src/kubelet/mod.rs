@@ -65,8 +65,8 @@ pub struct KubeletConfig {
     pub cluster_domain: String,
     /// The API server as pods reach it: `KUBERNETES_SERVICE_HOST/PORT` in every container.
     pub api_server: SocketAddrV4,
-    /// Image-name prefix → directory of extra binaries (bind-mounted at /vko/bin, first on PATH).
-    pub extra_images: Vec<(String, PathBuf)>,
+    /// Our own images, run from their unpacked root filesystems.
+    pub extra_images: Vec<images::UnpackedImage>,
     /// How the node heartbeat reaches the API server: it builds its own client from this, on its own
     /// thread, so pod work cannot queue in front of a Lease renewal.
     pub heartbeat_api: kube::Config,

@@ -878,7 +878,7 @@ impl PodWorker {
             api_server: self.kubelet.config.api_server,
             secrets: &secrets,
             config_maps: &config_maps,
-            image_has_bin_dir: mapping.bin_dir.is_some(),
+            image_env: &mapping.base_env(),
         };
         let resolved =
             env::resolve(container, &ctx).map_err(|ConfigError(message)| config_error(message))?;
@@ -930,7 +930,7 @@ impl PodWorker {
         let Identity {
             user,
             supplementary_groups,
-        } = user_and_groups(&latest_pod, container).map_err(config_error)?;
+        } = user_and_groups(&latest_pod, container, mapping.user).map_err(config_error)?;
         let read_only_root = container
             .security_context
             .as_ref()
@@ -955,6 +955,7 @@ impl PodWorker {
             user,
             supplementary_groups,
             read_only_root,
+            rootfs: mapping.rootfs.clone(),
         };
         Ok(Prepared {
             spec,
@@ -1568,9 +1569,14 @@ fn pod_hostname(pod: &Pod) -> String {
     trimmed.trim_end_matches(['-', '.']).to_string()
 }
 
-/// uid/gid (container securityContext over pod securityContext) and supplementary groups
-/// (supplementalGroups + fsGroup). `runAsNonRoot` with a root user is refused, as the kubelet does.
-fn user_and_groups(pod: &Pod, container: &Container) -> Result<Identity, String> {
+/// uid/gid (container securityContext over pod securityContext over the image's user, else root)
+/// and supplementary groups (supplementalGroups + fsGroup). `runAsNonRoot` with a root user is
+/// refused, as the kubelet does.
+fn user_and_groups(
+    pod: &Pod,
+    container: &Container,
+    image_user: Option<(u32, u32)>,
+) -> Result<Identity, String> {
     let pod_sc = pod
         .spec
         .as_ref()
@@ -1588,11 +1594,12 @@ fn user_and_groups(pod: &Pod, container: &Container) -> Result<Identity, String>
     let id = |value: i64, what: &str| {
         u32::try_from(value).map_err(|_| format!("invalid {what} {value}"))
     };
+    let (image_uid, image_gid) = image_user.unwrap_or((0, 0));
     let user = match (run_as_user, run_as_group) {
-        (None, None) => None,
+        (None, None) => image_user,
         (uid, gid) => Some((
-            id(uid.unwrap_or(0), "runAsUser")?,
-            id(gid.unwrap_or(0), "runAsGroup")?,
+            uid.map_or(Ok(image_uid), |uid| id(uid, "runAsUser"))?,
+            gid.map_or(Ok(image_gid), |gid| id(gid, "runAsGroup"))?,
         )),
     };
     if non_root == Some(true) && user.is_none_or(|(uid, _)| uid == 0) {
@@ -1889,7 +1896,7 @@ mod tests {
         );
         let plain = container(serde_json::json!({"name": "c"}));
         assert_eq!(
-            user_and_groups(&p, &plain).unwrap(),
+            user_and_groups(&p, &plain, None).unwrap(),
             Identity {
                 user: Some((1000, 1000)),
                 supplementary_groups: vec![3000, 2000]
@@ -1897,10 +1904,13 @@ mod tests {
         );
         let own =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsUser": 999}}));
-        assert_eq!(user_and_groups(&p, &own).unwrap().user, Some((999, 1000)));
+        assert_eq!(
+            user_and_groups(&p, &own, None).unwrap().user,
+            Some((999, 1000))
+        );
         let bare = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
         assert_eq!(
-            user_and_groups(&bare, &plain).unwrap(),
+            user_and_groups(&bare, &plain, None).unwrap(),
             Identity {
                 user: None,
                 supplementary_groups: vec![]
@@ -1909,17 +1919,29 @@ mod tests {
         let group_only =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsGroup": 5}}));
         assert_eq!(
-            user_and_groups(&bare, &group_only).unwrap().user,
+            user_and_groups(&bare, &group_only, None).unwrap().user,
             Some((0, 5))
         );
         let non_root =
             container(serde_json::json!({"name": "c", "securityContext": {"runAsNonRoot": true}}));
         assert!(
-            user_and_groups(&bare, &non_root)
+            user_and_groups(&bare, &non_root, None)
                 .unwrap_err()
                 .contains("runAsNonRoot")
         );
-        assert!(user_and_groups(&p, &non_root).is_ok());
+        assert!(user_and_groups(&p, &non_root, None).is_ok());
+        // The image's user when neither names one; a pod's runAsUser keeps the image's group.
+        let image = Some((65532, 65532));
+        assert_eq!(user_and_groups(&bare, &plain, image).unwrap().user, image);
+        assert!(user_and_groups(&bare, &non_root, image).is_ok());
+        assert_eq!(
+            user_and_groups(&bare, &own, image).unwrap().user,
+            Some((999, 65532))
+        );
+        assert_eq!(
+            user_and_groups(&p, &plain, image).unwrap().user,
+            Some((1000, 1000))
+        );
     }
 
     #[test]

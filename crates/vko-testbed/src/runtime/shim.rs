@@ -122,8 +122,10 @@ fn build_root(spec: &ContainerSpec) -> Result<(), Failure> {
     for dir in [&upper, &work, &merged] {
         create_dir(dir)?;
     }
+    let lower = spec.rootfs.as_deref().unwrap_or(Path::new("/"));
     let overlay_options = format!(
-        "lowerdir=/,upperdir={},workdir={}",
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
         upper.display(),
         work.display()
     );
