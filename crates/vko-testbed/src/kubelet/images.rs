@@ -25,9 +25,8 @@ pub struct ImageMapping {
     /// The image's own root filesystem, the lower layer of the container's overlay; `None`: the
     /// host's `/`.
     pub rootfs: Option<PathBuf>,
-    /// The image's environment (`NAME=value`), under the pod's; `None`: [`ImageMapping::base_env`]'s
-    /// default PATH.
-    pub env: Option<Vec<String>>,
+    /// The image's environment, under the pod's; `None`: [`ImageMapping::base_env`]'s default PATH.
+    pub env: Option<Vec<(String, String)>>,
     /// The image's user (`uid:gid`) when the pod names none.
     pub user: Option<(u32, u32)>,
 }
@@ -37,13 +36,7 @@ impl ImageMapping {
     /// else the usual PATH (with [`EXTRA_BIN_MOUNT`] first when the image has a `bin_dir`).
     pub fn base_env(&self) -> Vec<(String, String)> {
         if let Some(env) = &self.env {
-            return env
-                .iter()
-                .map(|entry| match entry.split_once('=') {
-                    Some((name, value)) => (name.to_owned(), value.to_owned()),
-                    None => (entry.clone(), String::new()),
-                })
-                .collect();
+            return env.clone();
         }
         let path = if self.bin_dir.is_some() {
             format!("{EXTRA_BIN_MOUNT}:{DEFAULT_PATH}")
@@ -63,13 +56,18 @@ pub struct UnpackedImage {
     /// Image names starting with this run from this image (the longest matching prefix wins).
     pub prefix: String,
     pub rootfs: PathBuf,
-    pub config: ImageConfig,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    /// `Env`, each `NAME=value` split once.
+    pub env: Option<Vec<(String, String)>>,
+    /// `User` as `(uid, gid)`.
+    pub user: Option<(u32, u32)>,
 }
 
-/// The parts of an OCI image config a container runtime applies.
+/// The parts of an OCI image config a container runtime applies, as `config.json` holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct ImageConfig {
+struct ImageConfig {
     #[serde(default)]
     pub entrypoint: Option<Vec<String>>,
     #[serde(default)]
@@ -97,13 +95,27 @@ impl UnpackedImage {
             .map_err(|error| format!("reading {}: {error}", config_path.display()))?;
         let config: ImageConfig = serde_json::from_str(&text)
             .map_err(|error| format!("parsing {}: {error}", config_path.display()))?;
-        if let Some(user) = &config.user {
-            parse_user(user).map_err(|error| format!("{}: {error}", config_path.display()))?;
-        }
+        let user = config
+            .user
+            .as_deref()
+            .map(parse_user)
+            .transpose()
+            .map_err(|error| format!("{}: {error}", config_path.display()))?;
+        let env = config.env.map(|env| {
+            env.iter()
+                .map(|entry| match entry.split_once('=') {
+                    Some((name, value)) => (name.to_owned(), value.to_owned()),
+                    None => (entry.clone(), String::new()),
+                })
+                .collect()
+        });
         Ok(UnpackedImage {
             prefix: prefix.to_owned(),
             rootfs,
-            config,
+            entrypoint: config.entrypoint,
+            cmd: config.cmd,
+            env,
+            user,
         })
     }
 }
@@ -289,22 +301,17 @@ pub fn resolve(image: &str, unpacked: &[UnpackedImage]) -> Result<ImageMapping, 
         .filter(|unpacked| !unpacked.prefix.is_empty() && image.starts_with(&unpacked.prefix))
         .max_by_key(|unpacked| unpacked.prefix.len())
     {
-        let config = &unpacked.config;
         return Ok(ImageMapping {
-            entrypoint: match &config.entrypoint {
+            entrypoint: match &unpacked.entrypoint {
                 Some(entrypoint) if !entrypoint.is_empty() => {
                     Entrypoint::Command(entrypoint.clone())
                 }
                 _ => Entrypoint::None,
             },
-            default_cmd: config.cmd.clone().unwrap_or_default(),
+            default_cmd: unpacked.cmd.clone().unwrap_or_default(),
             rootfs: Some(unpacked.rootfs.clone()),
-            env: config.env.clone(),
-            // Checked when the image was loaded.
-            user: config
-                .user
-                .as_deref()
-                .and_then(|user| parse_user(user).ok()),
+            env: unpacked.env.clone(),
+            user: unpacked.user,
             ..host_mapping()
         });
     }
@@ -533,29 +540,29 @@ mod tests {
         assert!(resolve("myregistry:5000/valkey/valkey:8", &[]).is_err());
     }
 
-    fn unpacked(prefix: &str, rootfs: &str, config: ImageConfig) -> UnpackedImage {
+    fn unpacked(prefix: &str, rootfs: &str) -> UnpackedImage {
         UnpackedImage {
             prefix: prefix.to_owned(),
             rootfs: PathBuf::from(rootfs),
-            config,
+            entrypoint: None,
+            cmd: None,
+            env: None,
+            user: None,
         }
     }
 
     #[test]
     fn unpacked_images_match_by_longest_prefix_and_run_on_their_own_root_with_their_config() {
-        let operator = ImageConfig {
+        let operator = UnpackedImage {
             entrypoint: Some(strings(&["vko-operator"])),
-            cmd: None,
-            env: Some(strings(&[
-                "PATH=/usr/local/bin:/usr/bin",
-                "SSL_CERT_FILE=/etc/ca",
-            ])),
-            user: Some("65532:65532".into()),
+            env: Some(vec![
+                ("PATH".to_owned(), "/usr/local/bin:/usr/bin".to_owned()),
+                ("SSL_CERT_FILE".to_owned(), "/etc/ca".to_owned()),
+            ]),
+            user: Some((65532, 65532)),
+            ..unpacked("example.com/vko/operator", "/tmp/operator")
         };
-        let extra = vec![
-            unpacked("example.com/vko/", "/tmp/all", ImageConfig::default()),
-            unpacked("example.com/vko/operator", "/tmp/operator", operator),
-        ];
+        let extra = vec![unpacked("example.com/vko/", "/tmp/all"), operator];
         let mapping = resolve("example.com/vko/operator:dev", &extra).unwrap();
         assert_eq!(mapping.rootfs, Some(PathBuf::from("/tmp/operator")));
         assert_eq!(mapping.bin_dir, None);
@@ -613,7 +620,23 @@ mod tests {
         .unwrap();
         let image = UnpackedImage::load("x/", &dir).unwrap();
         assert_eq!(image.rootfs, dir.join(UNPACKED_ROOTFS));
-        assert_eq!(image.config.entrypoint, Some(strings(&["a"])));
+        assert_eq!(image.entrypoint, Some(strings(&["a"])));
+        assert_eq!(image.user, Some((65532, 65532)));
+        std::fs::write(
+            dir.join(UNPACKED_CONFIG),
+            r#"{"User":"1:2","Env":["PATH=/bin","EMPTY=","A=b=c"]}"#,
+        )
+        .unwrap();
+        let image = UnpackedImage::load("x/", &dir).unwrap();
+        assert_eq!(image.user, Some((1, 2)));
+        assert_eq!(
+            image.env,
+            Some(vec![
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("EMPTY".to_owned(), String::new()),
+                ("A".to_owned(), "b=c".to_owned()),
+            ])
+        );
         assert_eq!(parse_user("65532"), Ok((65532, 65532)));
         assert_eq!(parse_user("1:2"), Ok((1, 2)));
         std::fs::remove_dir_all(&dir).unwrap();
