@@ -36,7 +36,9 @@ pub const GO_MODULE: GoModule = GoModule {
     build_note: "",
     cache_dir: redis_exporter_dir,
     ldflags,
-    package: "github.com/oliver006/redis_exporter",
+    packages: &["github.com/oliver006/redis_exporter"],
+    bin_subdir: "",
+    after_build: None,
 };
 
 /// The `-X` stamp the exporter's own release build sets (its log line and

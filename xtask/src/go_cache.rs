@@ -122,10 +122,16 @@ pub struct GoModule {
     /// The module go.mod requires, at `version`.
     pub module: &'static str,
     pub version: &'static str,
-    /// The package `go build` builds (the binary's `main`).
-    pub package: &'static str,
-    /// File name of the binary in the cache directory.
+    /// The packages `go build` builds (each a `main`; the binary is named after the package's
+    /// last path element).
+    pub packages: &'static [&'static str],
+    /// Path of the (first) binary inside the cache directory.
     pub binary: &'static str,
+    /// The directory of the binaries inside the cache directory (`""`: the cache directory).
+    pub bin_subdir: &'static str,
+    /// Called with the Go module's directory in the module cache and the staging directory after
+    /// the build, to copy more of the module (cert-manager's chart).
+    pub after_build: Option<fn(&Path, &Path) -> anyhow::Result<()>>,
     /// What to expect, after the "building ..." line.
     pub build_note: &'static str,
     /// The cache directory (`~/.cache/vko/<name>-<version>`).
@@ -155,11 +161,37 @@ impl GoModule {
 
     /// The cached binary, built first when missing.
     pub fn build_cached(&self) -> anyhow::Result<PathBuf> {
-        self.cached()
-            .build_with(|out_dir| self.go_build(&(self.ldflags)(), &out_dir.join(self.binary)))
+        self.cached().build_with(|out_dir| {
+            let elapsed = self.go_build(&(self.ldflags)(), &out_dir.join(self.bin_subdir))?;
+            if let Some(after_build) = self.after_build {
+                after_build(&self.source_dir()?, out_dir)?;
+            }
+            Ok(elapsed)
+        })
     }
 
-    /// `go build` of the package into `output`, as a static binary; returns how long it took.
+    /// Where the required module's source is in Go's module cache (`go list -m`).
+    fn source_dir(&self) -> anyhow::Result<PathBuf> {
+        let output = Command::new("go")
+            .current_dir(self.module_dir())
+            .args(["list", "-m", "-f", "{{.Dir}}", self.module])
+            .stdin(Stdio::null())
+            .output()
+            .context("could not start `go`")?;
+        let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if !output.status.success() || dir.is_empty() {
+            bail!(
+                "go list -m {} failed ({}): {}",
+                self.module,
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(PathBuf::from(dir))
+    }
+
+    /// `go build` of the packages into the directory `output`, as static binaries; returns how
+    /// long it took.
     fn go_build(&self, ldflags: &str, output: &Path) -> anyhow::Result<Duration> {
         let module_dir = self.module_dir();
         eprintln!(
@@ -170,11 +202,14 @@ impl GoModule {
             self.build_note
         );
         let started = Instant::now();
+        std::fs::create_dir_all(output)
+            .with_context(|| format!("creating {}", output.display()))?;
+        // `-o` naming an existing directory: each package's binary is written into it.
         let status = Command::new("go")
             .current_dir(&module_dir)
             .args(["build", "-trimpath", "-ldflags", ldflags, "-o"])
             .arg(output)
-            .arg(self.package)
+            .args(self.packages)
             // A static binary: no C toolchain needed, and it runs anywhere on this machine, inside
             // the testbed's containers too.
             .env("CGO_ENABLED", "0")
@@ -197,7 +232,11 @@ impl GoModule {
 mod tests {
     #[test]
     fn each_version_is_the_one_its_go_mod_requires() {
-        for tool in [crate::helm::GO_MODULE, crate::exporter::GO_MODULE] {
+        for tool in [
+            crate::helm::GO_MODULE,
+            crate::exporter::GO_MODULE,
+            crate::cert_manager::GO_MODULE,
+        ] {
             let go_mod = std::fs::read_to_string(tool.module_dir().join("go.mod")).unwrap();
             assert!(
                 go_mod

@@ -43,7 +43,9 @@ pub const GO_MODULE: GoModule = GoModule {
     build_note: " (a cold build takes a few minutes on 2 cores)",
     cache_dir: helm_dir,
     ldflags,
-    package: "helm.sh/helm/v3/cmd/helm",
+    packages: &["helm.sh/helm/v3/cmd/helm"],
+    bin_subdir: "",
+    after_build: None,
 };
 
 /// The `-X` stamps helm's own release build sets (`helm version` reports them).

@@ -7,6 +7,7 @@ mod bench_fence;
 mod bench_fleet;
 mod bench_min_replicas;
 mod bench_switchover;
+mod cert_manager;
 mod demo;
 mod exporter;
 mod gen_crd;
@@ -36,6 +37,9 @@ enum Command {
     Helm(helm::Args),
     /// Build redis_exporter (the metrics sidecar the testbed runs) from its Go module into ~/.cache/vko.
     Exporter(exporter::Args),
+    /// Build cert-manager (controller, webhook, cainjector) and assemble its Helm chart from its Go
+    /// module into ~/.cache/vko; the testbed installs it.
+    CertManager(cert_manager::Args),
     /// The chart's alert rules: `promtool check rules` and `promtool test rules` (xtask/alerts/).
     Alerts(alerts::Args),
     /// Build the Valkey releases the testbed maps besides the host's (8.1.1, 9.1.2) from Debian's
@@ -58,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
+        Command::CertManager(args) => cert_manager::run(args),
         Command::Alerts(args) => alerts::run(args),
         Command::Valkey(args) => valkey::run(args),
         Command::Image(args) => image::run(args),

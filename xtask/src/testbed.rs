@@ -190,6 +190,9 @@ pub fn start_built_with_images(paths: &Paths, bin_dir: &Path) -> anyhow::Result<
         println!("removing leftovers of an earlier testbed first");
         sweep(paths)?;
     }
+    // cert-manager's chart is installed with helm by the supervisor (both cached; built once).
+    crate::helm::build()?;
+    crate::cert_manager::build()?;
     let started = Instant::now();
     let image = crate::image::build(Some(bin_dir))?;
     let unpacked = paths.state_dir().join(UNPACKED_IMAGE_DIR);
@@ -238,6 +241,8 @@ fn start_supervisor(paths: &Paths, unpacked_image: &Path) -> anyhow::Result<Dura
             crate::image::IMAGE_REPOSITORY,
             unpacked_image.display()
         ))
+        // cert-manager from its chart, and the CA ClusterIssuer the tests name.
+        .arg("--cert-manager")
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)

@@ -923,26 +923,34 @@ struct ServeOptions {
     /// `--image PREFIX=DIR`: images starting with PREFIX run from the unpacked image in DIR
     /// (`kubelet::images::UnpackedImage`).
     extra_images: Vec<(String, PathBuf)>,
+    /// `--cert-manager`: install cert-manager's chart from the cache and the tests' CA issuer
+    /// ([`crate::cert_manager`]) before reporting ready.
+    cert_manager: bool,
 }
 
 impl ServeOptions {
     fn parse(args: &[String]) -> Result<ServeOptions> {
-        let usage = || Error::Invalid {
+        let usage = || {
+            Error::Invalid {
             what: "command line".into(),
             detail:
-                "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR] [--image PREFIX=DIR]..."
+                "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR] [--image PREFIX=DIR]... \
+                 [--cert-manager]"
                     .into(),
+        }
         };
         let mut options = ServeOptions {
             state_dir: None,
             bin_dir: None,
             extra_images: Vec::new(),
+            cert_manager: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--state-dir" => options.state_dir = Some(args.next().ok_or_else(usage)?.into()),
                 "--bin-dir" => options.bin_dir = Some(args.next().ok_or_else(usage)?.into()),
+                "--cert-manager" => options.cert_manager = true,
                 "--image" => {
                     let (prefix, dir) = args
                         .next()
@@ -1162,6 +1170,15 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
     wait_for_nodes(&client, &node_names, supervised).await?;
     tracing::info!("nodes {} are Ready", node_names.join(", "));
     supervised.control_plane.start_kube_proxy().await?;
+    if options.cert_manager {
+        // After kube-proxy: the API server reaches cert-manager's webhook through its Service.
+        let took = crate::cert_manager::install(&client, &paths.admin_kubeconfig()).await?;
+        tracing::info!(
+            "cert-manager is installed and ClusterIssuer {} is Ready ({})",
+            crate::cert_manager::CA_ISSUER,
+            format_duration(took)
+        );
+    }
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! per-pod network namespaces), [`runtime`] (containers as processes in their own namespaces),
 //! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses).
 
+pub mod cert_manager;
 pub mod control;
 pub mod controlplane;
 pub mod error;

@@ -158,6 +158,28 @@ const REDIS_EXPORTER_REPOSITORIES: [&str; 3] = [
     "quay.io/oliver006/redis_exporter",
 ];
 
+/// The cert-manager release the testbed runs (`cargo xtask cert-manager build` builds it from
+/// `xtask/cert-manager`): the newest whose root module still holds `cmd/controller`, `cmd/webhook`
+/// and `cmd/cainjector` (later releases moved them into nested modules the module proxy does not
+/// serve).
+pub const CERT_MANAGER_VERSION: &str = "v1.11.5";
+
+/// The cert-manager components run from their images (its Helm chart's `image.repository`
+/// defaults); each is mapped to the binary of the same name.
+pub const CERT_MANAGER_COMPONENTS: [&str; 3] = ["controller", "webhook", "cainjector"];
+
+/// Where cert-manager's images are published (the chart's default registry).
+const CERT_MANAGER_REPOSITORY_PREFIX: &str = "quay.io/jetstack/cert-manager-";
+
+/// Its images' `USER 1000` (`hack/containers/Containerfile.*`): the chart's `runAsNonRoot` holds.
+const CERT_MANAGER_USER: (u32, u32) = (1000, 1000);
+
+/// `~/.cache/vko/cert-manager-<version>/`: its `bin/` (the binaries) and `chart/` (its Helm chart,
+/// assembled from the module the way its release does).
+pub fn cert_manager_dir() -> PathBuf {
+    crate::paths::cache_root().join(format!("cert-manager-{CERT_MANAGER_VERSION}"))
+}
+
 /// `~/.cache/vko/redis_exporter-<version>/`: where `cargo xtask exporter build` puts `redis_exporter`.
 pub fn redis_exporter_dir() -> PathBuf {
     crate::paths::cache_root().join(format!("redis_exporter-{REDIS_EXPORTER_VERSION}"))
@@ -242,7 +264,7 @@ pub fn valkey_bin_dir(version: &str) -> PathBuf {
 /// An image the testbed has no binaries for (reported as `ErrImagePull`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "image {image:?} is not mapped by the testbed (known: [docker.io/]valkey/valkey with tags {tags}; [docker.io/|quay.io/]oliver006/redis_exporter:*, vko-testbed/shell:*{extra})",
+    "image {image:?} is not mapped by the testbed (known: [docker.io/]valkey/valkey with tags {tags}; [docker.io/|quay.io/]oliver006/redis_exporter:*, quay.io/jetstack/cert-manager-{{controller,webhook,cainjector}}:*, vko-testbed/shell:*{extra})",
     tags = VALKEY_TAG_MAP
 )]
 pub struct UnmappedImage {
@@ -286,6 +308,20 @@ pub fn resolve(image: &str, unpacked: &[UnpackedImage]) -> Result<ImageMapping, 
             default_cmd: Vec::new(),
             bin_dir: Some(redis_exporter_dir()),
             build_command: Some("cargo xtask exporter build".into()),
+            ..host_mapping()
+        });
+    }
+    if let Some(component) = repository
+        .strip_prefix(CERT_MANAGER_REPOSITORY_PREFIX)
+        .filter(|component| CERT_MANAGER_COMPONENTS.contains(component))
+    {
+        // The image's ENTRYPOINT is `/app/cmd/<component>/<component>`; the chart passes args.
+        return Ok(ImageMapping {
+            entrypoint: Entrypoint::Command(vec![format!("{EXTRA_BIN_MOUNT}/{component}")]),
+            default_cmd: Vec::new(),
+            bin_dir: Some(cert_manager_dir().join("bin")),
+            build_command: Some("cargo xtask cert-manager build".into()),
+            user: Some(CERT_MANAGER_USER),
             ..host_mapping()
         });
     }
@@ -529,6 +565,24 @@ mod tests {
         // A look-alike repository is not the exporter.
         assert!(resolve("oliver006/redis_exporter-extra:1", &[]).is_err());
         assert!(resolve("example.com/oliver006/redis_exporter:1", &[]).is_err());
+    }
+
+    #[test]
+    fn cert_manager_images_run_their_component_binary_as_user_1000() {
+        for component in CERT_MANAGER_COMPONENTS {
+            let image = format!("quay.io/jetstack/cert-manager-{component}:{CERT_MANAGER_VERSION}");
+            let mapping = resolve(&image, &[]).unwrap();
+            assert_eq!(mapping.bin_dir, Some(cert_manager_dir().join("bin")));
+            assert_eq!(mapping.user, Some((1000, 1000)));
+            assert_eq!(
+                container_argv(&mapping, &[], &strings(&["--v=2"])),
+                vec![format!("/vko/bin/{component}"), "--v=2".to_owned()]
+            );
+        }
+        assert!(cert_manager_dir().ends_with(format!("vko/cert-manager-{CERT_MANAGER_VERSION}")));
+        // Only the three components the testbed builds; the ACME solver and cmctl are not mapped.
+        assert!(resolve("quay.io/jetstack/cert-manager-acmesolver:v1.11.5", &[]).is_err());
+        assert!(resolve("quay.io/jetstack/cert-manager-ctl:v1.11.5", &[]).is_err());
     }
 
     #[test]
