@@ -21,6 +21,7 @@ mod helm_lifecycle;
 mod helm_uninstall_crd;
 mod operator_apiserver_restart;
 mod operator_auth_persistence;
+mod operator_cert_manager;
 mod operator_failover;
 mod operator_fencing;
 mod operator_fencing_lease;

@@ -1,13 +1,19 @@
 //! The optional objects follow the spec: turned on, the operator creates the observer Deployment,
-//! the PodDisruptionBudget, the NetworkPolicies, the Sentinel tier, the metrics Service and (with the
-//! Prometheus-Operator's and cert-manager's CRDs installed) the ServiceMonitor and the Certificate;
-//! turned off while the Valkey stays, it deletes the watched ones itself (owner-reference garbage
-//! collection cannot: the owner still exists).
+//! the PodDisruptionBudget, the NetworkPolicies, the Sentinel tier, the metrics Service, the
+//! ServiceMonitor (the Prometheus-Operator's CRD installed) and the Certificate (the testbed's
+//! cert-manager); turned off while the Valkey stays, it deletes them itself (owner-reference
+//! garbage collection cannot: the owner still exists) — the watched kinds from its stores, the
+//! Certificate and the ServiceMonitor after a LIST by the cluster's label.
+//!
+//! cert-manager leaving and coming back under a running operator: uninstalled, a `Valkey` with
+//! `tls.certManager` gets `ReconcileBlocked=True/CertManagerMissing` and a Warning Event naming its
+//! Certificate; reinstalled, the operator writes the Certificate again and the condition clears,
+//! with no operator restart (it re-reads the API groups every 20 s, ADR 0037).
 //!
 //! The operator runs with the chart's RBAC only (`operator_support`), so this also proves the chart
 //! grants what these paths need, and it is what puts those writes into the audit log for
-//! `rbac_least_privilege`. cert-manager and the Prometheus-Operator are not installed, only stand-in
-//! CRDs of their kinds (the operator only writes those objects; nothing acts on them here).
+//! `rbac_least_privilege`. The Prometheus-Operator is not installed, only a stand-in CRD of its
+//! ServiceMonitor (the operator only writes those objects; nothing acts on them here).
 
 use vko_e2e::operator_support;
 
@@ -22,14 +28,17 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
-use operator_support::operator;
+use operator_support::{condition, ok_with, operator, wait_for_valkey};
+use vko_api::Valkey;
+use vko_testbed::cert_manager;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, install_crd, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Stand-ins for the CRDs of cert-manager's Certificate and the Prometheus-Operator's
-/// ServiceMonitor: the right group, version, kind and scope, any content.
-const FOREIGN_CRDS: [(&str, &str, &str, &str); 2] = [
+/// The unwatched kinds: cert-manager's Certificate (the testbed's real CRD) and the
+/// Prometheus-Operator's ServiceMonitor (a stand-in CRD: the right group, version, kind and
+/// scope, any content).
+const FOREIGN_KINDS: [(&str, &str, &str, &str); 2] = [
     ("cert-manager.io", "v1", "Certificate", "certificates"),
     (
         "monitoring.coreos.com",
@@ -38,6 +47,8 @@ const FOREIGN_CRDS: [(&str, &str, &str, &str); 2] = [
         "servicemonitors",
     ),
 ];
+const CERTIFICATE: usize = 0;
+const SERVICE_MONITOR: usize = 1;
 
 fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String {
     format!(
@@ -51,12 +62,11 @@ fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String 
     )
 }
 
-async fn install_foreign_crds(client: &kube::Client) -> anyhow::Result<()> {
-    for (group, version, kind, plural) in FOREIGN_CRDS {
-        let crd: CustomResourceDefinition =
-            serde_norway::from_str(&stand_in_crd(group, version, kind, plural))?;
-        install_crd(client, &crd).await?;
-    }
+async fn install_service_monitor_crd(client: &kube::Client) -> anyhow::Result<()> {
+    let (group, version, kind, plural) = FOREIGN_KINDS[SERVICE_MONITOR];
+    let crd: CustomResourceDefinition =
+        serde_norway::from_str(&stand_in_crd(group, version, kind, plural))?;
+    install_crd(client, &crd).await?;
     Ok(())
 }
 
@@ -148,7 +158,7 @@ fn presence(names: &ObjectNames) -> ([bool; 3], usize) {
 }
 
 fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<DynamicObject> {
-    let (group, version, kind, plural) = FOREIGN_CRDS[index];
+    let (group, version, kind, plural) = FOREIGN_KINDS[index];
     let resource = ApiResource {
         group: group.into(),
         version: version.into(),
@@ -159,54 +169,127 @@ fn foreign_api(client: &kube::Client, namespace: &str, index: usize) -> Api<Dyna
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
-/// Waits until the operator has created an object of the foreign kind `index` in the namespace;
-/// returns its name.
+/// Waits until the names of the objects of the foreign kind `index` in the namespace satisfy
+/// `wanted`; returns them.
 async fn wait_for_foreign(
     client: &kube::Client,
     namespace: &str,
     index: usize,
-) -> vko_testbed::Result<String> {
+    what: &str,
+    wanted: impl Fn(&BTreeSet<String>) -> bool,
+) -> vko_testbed::Result<BTreeSet<String>> {
     let api = foreign_api(client, namespace, index);
+    let wanted = &wanted;
     wait_until(
-        &format!("a {} in {namespace}", FOREIGN_CRDS[index].2),
+        &format!("{what} ({}s in {namespace})", FOREIGN_KINDS[index].2),
         TIMEOUT,
         || {
             let api = api.clone();
             async move {
                 let list = api.list(&ListParams::default()).await?;
-                Ok(list.items.first().map(ResourceExt::name_any))
+                let names: BTreeSet<String> =
+                    list.items.iter().map(ResourceExt::name_any).collect();
+                Ok(wanted(&names).then_some(names))
             }
         },
     )
     .await
 }
 
-/// Exclusive (`cargo xtask test` runs it alone): the operator looks for the two API groups once,
-/// when it starts leading, so it must be started after the stand-in CRDs are installed (a shared
-/// operator already running for other tests would never see them); and the stand-ins come and go
-/// under every other test's operator.
+/// cert-manager leaves and comes back under the running operator: the `Valkey` "tls" (PHASE OK
+/// from an issued Secret) is blocked with `CertManagerMissing` naming its Certificate while the
+/// API group is gone, and its Certificate is written again (and issued) once it is back.
+async fn cert_manager_leaves_and_comes_back(testbed: &Testbed, ns: &str) -> anyhow::Result<()> {
+    let client = testbed.client();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let left = std::time::Instant::now();
+    cert_manager::uninstall(&client, testbed.kubeconfig()).await?;
+    eprintln!("cert-manager uninstalled in {:?}", left.elapsed());
+    let blocked = wait_for_valkey(
+        &valkeys,
+        "tls",
+        "ReconcileBlocked=True/CertManagerMissing",
+        Duration::from_secs(120),
+        |valkey| {
+            condition(valkey, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "CertManagerMissing"
+            })
+        },
+    )
+    .await?;
+    let (_, _, message) = condition(&blocked, "ReconcileBlocked").unwrap_or_default();
+    anyhow::ensure!(
+        message.contains("tls-tls") && message.contains("spec.tls.secretName"),
+        "{message}"
+    );
+    let events = operator_support::events_about(&client, ns, "tls", "Warning").await;
+    anyhow::ensure!(
+        events
+            .iter()
+            .any(|event| event.reason.as_deref() == Some("CertManagerMissing")),
+        "no CertManagerMissing Warning Event: {events:?}"
+    );
+    eprintln!(
+        "without cert-manager, {:?} after it left: {message}",
+        left.elapsed()
+    );
+
+    let back = std::time::Instant::now();
+    cert_manager::install(&client, testbed.kubeconfig()).await?;
+    eprintln!("cert-manager reinstalled in {:?}", back.elapsed());
+    let api = foreign_api(&client, ns, CERTIFICATE);
+    wait_until(
+        "Certificate tls-tls written again and Ready",
+        TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                let certificate = api.get_opt("tls-tls").await?;
+                Ok(certificate.filter(cert_manager::is_ready).map(|_| ()))
+            }
+        },
+    )
+    .await?;
+    wait_for_valkey(
+        &valkeys,
+        "tls",
+        "ReconcileBlocked=False and PHASE OK",
+        Duration::from_secs(120),
+        |valkey| {
+            ok_with(1)(valkey)
+                && condition(valkey, "ReconcileBlocked")
+                    .is_some_and(|(status, _, _)| status == "False")
+        },
+    )
+    .await?;
+    eprintln!(
+        "cert-manager back: Certificate tls-tls issued and the block cleared {:?} after the reinstall began, same operator",
+        back.elapsed()
+    );
+    Ok(())
+}
+
+/// Exclusive (`cargo xtask test` runs it alone): it uninstalls cert-manager, and the stand-in
+/// ServiceMonitor CRD comes and goes, under every other test's operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_off() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     operator_support::install_crd(&client).await.unwrap();
-    // Before the operator starts: it looks for these API groups once it leads.
-    install_foreign_crds(&client).await.unwrap();
+    install_service_monitor_crd(&client).await.unwrap();
     let _operator = operator().await.unwrap();
     let namespace = TestNamespace::create(&client, "op-optional").await.unwrap();
     let ns = namespace.name().to_owned();
 
-    // cert-manager TLS: the operator applies the Certificate (the data StatefulSet then waits for
-    // the Secret cert-manager would issue).
-    apply_yaml(
-        &client,
-        &ns,
-        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: tls}\n\
-         spec: {replicas: 1, image: valkey/valkey:8.0,\n\
-         \x20 tls: {enabled: true, certManager: {issuer: {kind: ClusterIssuer, name: testbed-ca}}}}\n",
-    )
-    .await
-    .unwrap();
+    // cert-manager TLS: the operator applies the Certificate, the testbed's cert-manager issues
+    // it, and the StatefulSet follows once the Secret can be fingerprinted.
+    let tls_on = format!(
+        "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: tls}}\n\
+         spec: {{replicas: 1, image: valkey/valkey:8.0,\n\
+         \x20 tls: {{enabled: true, certManager: {{issuer: {{kind: ClusterIssuer, name: {}}}}}}}}}\n",
+        cert_manager::CA_ISSUER
+    );
+    apply_yaml(&client, &ns, &tls_on).await.unwrap();
     let all_on = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: opt}\n\
          spec:\n  replicas: 2\n  image: valkey/valkey:8.0\n\
          \x20 sentinel: {enabled: true, replicas: 1}\n\
@@ -216,9 +299,31 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
          \x20 metrics: {enabled: true, service: {enabled: true}, serviceMonitor: {enabled: true}}\n";
     apply_yaml(&client, &ns, all_on).await.unwrap();
 
-    let certificate = wait_for_foreign(&client, &ns, 0).await.unwrap();
-    let service_monitor = wait_for_foreign(&client, &ns, 1).await.unwrap();
-    eprintln!("certificate {certificate}, service monitor {service_monitor}");
+    let certificates = wait_for_foreign(&client, &ns, CERTIFICATE, "tls's Certificate", |names| {
+        names.contains("tls-tls")
+    })
+    .await
+    .unwrap();
+    let service_monitors = wait_for_foreign(
+        &client,
+        &ns,
+        SERVICE_MONITOR,
+        "opt's ServiceMonitor",
+        |names| !names.is_empty(),
+    )
+    .await
+    .unwrap();
+    eprintln!("certificates {certificates:?}, service monitors {service_monitors:?}");
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    wait_for_valkey(
+        &valkeys,
+        "tls",
+        "tls OK from cert-manager's Secret",
+        TIMEOUT,
+        ok_with(1),
+    )
+    .await
+    .unwrap();
 
     // Everything "opt" wants, with the Sentinel tier's StatefulSet next to the data one.
     let on = wait_for_optional_objects(&client, &ns, "opt's optional objects", |names| {
@@ -271,13 +376,43 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
         "service accounts {service_accounts_on:?} -> {service_accounts_off:?}"
     );
     assert!(off.3.is_subset(&on.3));
+    // The ServiceMonitor went with the metrics settings (listed by label, then deleted).
+    wait_for_foreign(
+        &client,
+        &ns,
+        SERVICE_MONITOR,
+        "opt's ServiceMonitor deleted",
+        |names| names.is_empty(),
+    )
+    .await
+    .unwrap();
+
+    let outcome = cert_manager_leaves_and_comes_back(&testbed, &ns).await;
+    if let Err(error) = &outcome {
+        // Later tests need cert-manager: put it back before failing.
+        let _ = cert_manager::install(&client, testbed.kubeconfig()).await;
+        panic!("{error:#}");
+    }
+
+    // TLS off: the Certificate goes (the operator's delete; its owner still exists).
+    let tls_off = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: tls}\n\
+         spec: {replicas: 1, image: valkey/valkey:8.0}\n";
+    apply_yaml(&client, &ns, tls_off).await.unwrap();
+    wait_for_foreign(
+        &client,
+        &ns,
+        CERTIFICATE,
+        "tls's Certificate deleted",
+        |names| names.is_empty(),
+    )
+    .await
+    .unwrap();
 
     namespace.cleanup().await.unwrap();
-    // Leave no stand-in CRDs for later tests (an operator started after this would see them).
+    // Leave no stand-in CRD for later tests (cert-manager's own stays installed).
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (group, _, _, plural) in FOREIGN_CRDS {
-        let _ = crds
-            .delete(&format!("{plural}.{group}"), &DeleteParams::background())
-            .await;
-    }
+    let (group, _, _, plural) = FOREIGN_KINDS[SERVICE_MONITOR];
+    let _ = crds
+        .delete(&format!("{plural}.{group}"), &DeleteParams::background())
+        .await;
 }

@@ -26,7 +26,8 @@
 //!
 //! A second test runs dual-port mode (`allowUnencrypted` on both tiers).
 //!
-//! cert-manager is not installed on the testbed: `spec.tls.certManager` is not tested here.
+//! `spec.tls.certManager` (the testbed's cert-manager issuing) is tested in operator_cert_manager,
+//! with this file's checks.
 //! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use vko_e2e::{ha_support, operator_support, tls_support};
@@ -55,10 +56,10 @@ use vko_testbed::harness::{apply_yaml, wait_until};
 use vko_valkey::parse::ReplicationRole;
 use vko_valkey::{ConnectOptions, Reply, SentinelClient, TlsOptions, ValkeyClient};
 
-const NAME: &str = "vt";
+pub(crate) const NAME: &str = "vt";
 const SECRET: &str = "vt-user-certs";
-const DOMAIN: &str = "cluster.local";
-const TLS_PORT: u16 = 16379;
+pub(crate) const DOMAIN: &str = "cluster.local";
+pub(crate) const TLS_PORT: u16 = 16379;
 const PLAIN_PORT: u16 = 6379;
 const SENTINEL_TLS_PORT: u16 = 36379;
 const SENTINEL_PLAIN_PORT: u16 = 26379;
@@ -106,13 +107,13 @@ fn issue(ns: &str) -> anyhow::Result<Material> {
 
 /// How the test dials: pod IP, certificate verified against the pod's DNS name.
 #[derive(Clone)]
-struct Dial {
-    ca: Vec<u8>,
-    names: Names,
+pub(crate) struct Dial {
+    pub(crate) ca: Vec<u8>,
+    pub(crate) names: Names,
 }
 
 impl Dial {
-    fn options(&self, ip: &str, port: u16, server_name: String) -> ConnectOptions {
+    pub(crate) fn options(&self, ip: &str, port: u16, server_name: String) -> ConnectOptions {
         let mut options = ConnectOptions::new(ip, port);
         options.connect_timeout = Duration::from_secs(3);
         options.command_timeout = Duration::from_secs(3);
@@ -498,7 +499,11 @@ async fn secret_missing_then_created(
 
 /// The data plane speaks TLS only, replicates over TLS, and Sentinel answers over TLS naming
 /// host names only. Returns the master pod.
-async fn serves_tls_only(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow::Result<String> {
+pub(crate) async fn serves_tls_only(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+) -> anyhow::Result<String> {
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
     let master = valkeys
         .get(NAME)
@@ -663,7 +668,7 @@ async fn serves_tls_only(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow
 }
 
 /// Graceful deletion of the master pod under a TLS writer: a new master, no OK'd write lost.
-async fn master_deletion_under_a_tls_writer(
+pub(crate) async fn master_deletion_under_a_tls_writer(
     client: &kube::Client,
     ns: &str,
     dial: &Dial,

@@ -1,8 +1,9 @@
 //! Everything vko-render produces is accepted by a real kube-apiserver: every reference example
 //! (and a few shapes the examples do not cover) is created as a `Valkey`, read back with the
 //! server's defaults, rendered with its real uid as owner, and every rendered object is
-//! server-side applied with `dryRun=All`. Kinds whose CRDs are not installed (cert-manager's
-//! Certificate, the Prometheus-Operator's ServiceMonitor) are skipped, and the test says so.
+//! server-side applied with `dryRun=All` (cert-manager's Certificate too: the testbed installs
+//! cert-manager, whose webhook then sees it). Kinds whose CRDs are not installed (the
+//! Prometheus-Operator's ServiceMonitor) are skipped, and the test says so.
 //!
 //! Needs `KUBECONFIG` (admin); only the API server is used, plus the controller-manager that sets
 //! up the test's namespace (`cargo xtask test` provides a full testbed).

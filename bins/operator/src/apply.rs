@@ -239,6 +239,36 @@ async fn take_over_fields(
     Ok(())
 }
 
+/// The objects of an unwatched kind (cert-manager's Certificate, the Prometheus-Operator's
+/// ServiceMonitor) labelled as the cluster `cluster`'s: one metadata LIST, so a Certificate no
+/// longer wanted (certManager turned off, the tiers unified) can be found and deleted.
+pub async fn list_unwatched(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    kind: ManagedKind,
+) -> Result<Vec<ObservedMeta>, Error> {
+    let api = dynamic_api(client, namespace, kind);
+    let selector = format!("{}={cluster}", vko_api::consts::labels::CLUSTER);
+    match api
+        .list_metadata(&kube::api::ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => Ok(list
+            .items
+            .iter()
+            .map(|object| ObservedMeta::from_meta(kind, &object.metadata))
+            .collect()),
+        // The CRD went away since the last discovery: nothing of that kind is left.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        Err(error) => Err(Error::ListFailed {
+            kind: kind.name(),
+            namespace: namespace.to_owned(),
+            message: error.to_string(),
+        }),
+    }
+}
+
 /// Deletes `stale` objects, each with a UID precondition so a replacement under the same name
 /// (possibly someone else's) is never hit.
 pub async fn delete_objects(

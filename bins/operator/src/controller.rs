@@ -32,6 +32,7 @@ use vko_valkey::{Dialer, TlsMaterial, TlsOptions};
 use crate::apply::{self, DesiredObject, FIELD_MANAGER};
 use crate::cache_sync::{self, SyncOutcome};
 use crate::dataplane::{self, PlaneAnswers, SentinelAnswer};
+use crate::discovery::{self, OptionalApis};
 use crate::error::Error;
 use crate::events::EventPublisher;
 use crate::leader::Leadership;
@@ -58,8 +59,8 @@ pub struct OperatorConfig {
     pub operator_peer: Option<OperatorPeer>,
     pub operator_image: String,
     pub cluster_domain: String,
-    pub cert_manager_present: bool,
-    pub prometheus_operator_present: bool,
+    /// Whether cert-manager and the Prometheus-Operator are served, refreshed while running.
+    pub optional_apis: Arc<OptionalApis>,
 }
 
 /// What every pass shares.
@@ -463,6 +464,9 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         problems.push(Error::DowngradeUnsupported(refused.clone()));
     }
     let rendered = render(&pass, &observed);
+    if let Ok(rendered) = &rendered {
+        problems.extend(cert_manager_missing(rendered));
+    }
     let applied = apply(
         &pass,
         &rendered,
@@ -478,6 +482,22 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
     let snapshot = snapshot(&pass, &observed, plane, &acted, applied, &problems);
     let status_changed = write_status_and_events(&pass, &snapshot).await?;
     outcome(&pass, problems, &snapshot, &acted, status_changed, short)
+}
+
+/// The Certificates the render skipped because cert-manager's API is not served, as the problem
+/// that names them (the reference skips a ServiceMonitor with a log line; a Certificate nobody
+/// issues or renews is a problem the user has to hear about).
+fn cert_manager_missing(rendered: &vko_render::Rendered) -> Option<Error> {
+    let certificates: Vec<&str> = rendered
+        .skipped
+        .iter()
+        .filter(|skipped| skipped.reason == SkipReason::CertManagerMissing)
+        .map(|skipped| skipped.name.as_str())
+        .collect();
+    (!certificates.is_empty()).then(|| Error::CertManagerMissing {
+        certificates: certificates.join(", "),
+        notice_secs: crate::discovery::REFRESH_INTERVAL.as_secs(),
+    })
 }
 
 /// One pass over one `Valkey`.
@@ -650,8 +670,9 @@ fn render(
     inputs.owner = pass.valkey.controller_owner_ref(&());
     inputs.tls_material_hash = observed.secrets.tls_hash.clone();
     inputs.sentinel_tls_material_hash = observed.secrets.sentinel_tls_hash.clone();
-    inputs.cert_manager_present = config.cert_manager_present;
-    inputs.prometheus_operator_present = config.prometheus_operator_present;
+    let served = config.optional_apis.served();
+    inputs.cert_manager_present = served.cert_manager;
+    inputs.prometheus_operator_present = served.prometheus_operator;
     inputs.recorded_master = observed.recorded;
     inputs.live_pod_ordinals = observed.data_pods.keys().copied().collect();
     let held_replicas = observed.data_replicas.apply;
@@ -737,7 +758,21 @@ async fn apply(
         tracing::debug!(%namespace, %name, applied = ?report.applied, unchanged = report.unchanged.len(), "applied changed objects");
     }
     let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
-    let stale = apply::stale_objects(&stores.all_in(namespace), &wanted, &keep, uid);
+    let mut observed = stores.all_in(namespace);
+    let served = ctx.config.optional_apis.served();
+    for (kind, is_served) in [
+        (ManagedKind::Certificate, served.cert_manager),
+        (ManagedKind::ServiceMonitor, served.prometheus_operator),
+    ] {
+        if !is_served {
+            continue;
+        }
+        match apply::list_unwatched(&ctx.client, namespace, name, kind).await {
+            Ok(listed) => observed.extend(listed),
+            Err(error) => problems.push(error),
+        }
+    }
+    let stale = apply::stale_objects(&observed, &wanted, &keep, uid);
     apply::delete_objects(&ctx.client, namespace, &stale, &mut report).await;
     if !report.deleted.is_empty() {
         tracing::info!(%namespace, %name, deleted = ?report.deleted, "deleted objects no longer wanted");
@@ -1930,10 +1965,23 @@ pub async fn run(
         metrics,
         options.leadership,
     ));
+    // cert-manager or the Prometheus-Operator installed (or removed) while running: every Valkey
+    // is reconciled again.
+    let (groups_changed, groups_changes) = tokio::sync::mpsc::channel(1);
+    discovery::spawn_refresher(
+        clients.request.clone(),
+        ctx.config.optional_apis.clone(),
+        groups_changed,
+        options.shutdown.clone(),
+    );
     let secret_valkeys = valkeys.clone();
     let shutdown = options.shutdown.clone();
     owned_streams
         .trigger(controller)
+        .reconcile_all_on(futures::stream::unfold(
+            groups_changes,
+            |mut changes| async move { changes.recv().await.map(|()| ((), changes)) },
+        ))
         .watches_stream(mapped_streams.pods, |pod: Pod| {
             let cluster = pod.labels().get(labels::CLUSTER).cloned();
             let namespace = pod.namespace();
@@ -2076,6 +2124,27 @@ mod tests {
         let view = observe_auth(b"s3cret");
         assert!(!view.auth_missing && view.problems.is_empty());
         assert_eq!(view.password.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn a_certificate_skipped_for_want_of_cert_manager_is_a_named_problem() {
+        let spec = serde_json::json!({"sentinel": {"enabled": true}, "tls": {"enabled": true,
+            "certManager": {"issuer": {"kind": "ClusterIssuer", "name": "ca"}}}});
+        let mut valkey = Valkey::clone(&valkey("ns", "a", spec));
+        valkey.metadata.uid = Some("u".into());
+        let mut inputs = RenderInputs::new("ns", "img", "v");
+        inputs.owner = valkey.controller_owner_ref(&());
+        inputs.cert_manager_present = false;
+        let rendered = vko_render::render(&valkey, &inputs).unwrap();
+        let error = cert_manager_missing(&rendered).unwrap();
+        assert_eq!(error.reason(), ConditionReason::CertManagerMissing);
+        let message = error.to_string();
+        for part in ["a-tls", "cert-manager.io", "spec.tls.secretName", "20 s"] {
+            assert!(message.contains(part), "{message:?} names {part:?}");
+        }
+        inputs.cert_manager_present = true;
+        let rendered = vko_render::render(&valkey, &inputs).unwrap();
+        assert!(cert_manager_missing(&rendered).is_none());
     }
 
     /// A Secret holding `keys` of `tls.crt` = "cert", `tls.key` = "key", `ca.crt` = "ca".
@@ -2347,8 +2416,7 @@ mod tests {
                 operator_peer: None,
                 operator_image: "vko.local/vko:dev".into(),
                 cluster_domain: "cluster.local".into(),
-                cert_manager_present: false,
-                prometheus_operator_present: false,
+                optional_apis: Arc::new(OptionalApis::default()),
             }
         }
 

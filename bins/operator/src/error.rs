@@ -46,12 +46,31 @@ pub enum Error {
         message: String,
     },
 
+    /// Listing an unwatched kind (Certificates, ServiceMonitors) for clean-up failed; reported
+    /// with the apply step's failed writes, whose clean-up it holds up.
+    #[error("listing the {kind}s in namespace {namespace} failed: {message}")]
+    ListFailed {
+        kind: &'static str,
+        namespace: String,
+        message: String,
+    },
+
     /// A Secret the spec references does not exist (or lacks the key).
     #[error("{what} Secret {name} {problem}; create it, the operator continues by itself")]
     SecretMissing {
         what: &'static str,
         name: String,
         problem: String,
+    },
+
+    /// `spec.tls.certManager` is set and cert-manager's API is not served: the Certificates are
+    /// not written (a TLS Secret issued before keeps serving, but nothing renews it).
+    #[error(
+        "spec.tls.certManager is set but cert-manager is not installed (the API server does not serve cert-manager.io), so Certificate {certificates} cannot be written and its TLS Secret is neither issued nor renewed; install cert-manager or use spec.tls.secretName, the operator notices within {notice_secs} s"
+    )]
+    CertManagerMissing {
+        certificates: String,
+        notice_secs: u64,
     },
 
     /// The auth Secret's password is empty, only whitespace or not UTF-8: nothing is started or
@@ -139,10 +158,11 @@ impl Error {
             Error::AdmissionWebhookDenied { .. } | Error::PodCreationDenied { .. } => {
                 ConditionReason::AdmissionWebhookDenied
             }
-            Error::WriteFailed { .. } => ConditionReason::WriteFailed,
+            Error::WriteFailed { .. } | Error::ListFailed { .. } => ConditionReason::WriteFailed,
             Error::SecretMissing { .. } => ConditionReason::SecretMissing,
             Error::PasswordUnusable { .. } => ConditionReason::PasswordUnusable,
             Error::TlsCertificateUnusable { .. } => ConditionReason::TLSCertificateUnusable,
+            Error::CertManagerMissing { .. } => ConditionReason::CertManagerMissing,
             Error::StorageRecreateRequired { .. } => ConditionReason::RecreateRequired,
             Error::DowngradeUnsupported(_) => ConditionReason::DowngradeUnsupported,
             Error::StatusWrite(_) => ConditionReason::StatusWriteFailed,
@@ -164,7 +184,8 @@ impl Error {
             | ConditionReason::DowngradeUnsupported
             | ConditionReason::SecretMissing
             | ConditionReason::PasswordUnusable
-            | ConditionReason::TLSCertificateUnusable => 1,
+            | ConditionReason::TLSCertificateUnusable
+            | ConditionReason::CertManagerMissing => 1,
             ConditionReason::AdmissionWebhookDenied => 2,
             ConditionReason::WriteFailed => 3,
             _ => 4,
@@ -279,6 +300,13 @@ mod tests {
                     problems: "expired".into(),
                 },
                 "TLSCertificateUnusable",
+            ),
+            (
+                Error::CertManagerMissing {
+                    certificates: "a-tls".into(),
+                    notice_secs: 20,
+                },
+                "CertManagerMissing",
             ),
             (
                 Error::StorageRecreateRequired {

@@ -7,6 +7,7 @@ pub mod apply;
 pub mod cache_sync;
 pub mod controller;
 pub mod dataplane;
+pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod kube_clients;

@@ -16,6 +16,7 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use vko_operator::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
+use vko_operator::discovery::{self, OptionalApis, Served};
 use vko_operator::leader::Leadership;
 use vko_operator::metrics::Metrics;
 use vko_operator::readiness::{Phase, Readiness};
@@ -242,11 +243,6 @@ async fn shutdown_signal(token: CancellationToken) {
     token.cancel();
 }
 
-/// Whether a CRD group is served (cert-manager, Prometheus-Operator).
-async fn group_present(client: &kube::Client, group: &str) -> bool {
-    kube::discovery::group(client, group).await.is_ok()
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -381,8 +377,12 @@ async fn main() -> anyhow::Result<()> {
         operator_peer,
         operator_image: args.operator_image,
         cluster_domain: args.cluster_domain,
-        cert_manager_present: group_present(&client, "cert-manager.io").await,
-        prometheus_operator_present: group_present(&client, "monitoring.coreos.com").await,
+        optional_apis: Arc::new(OptionalApis::new(
+            discovery::list(&client).await.unwrap_or_else(|error| {
+                tracing::warn!(%error, "optional API groups unknown until the next refresh");
+                Served::default()
+            }),
+        )),
     };
     tracing::info!(
         version = OPERATOR_VERSION,

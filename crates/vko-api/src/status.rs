@@ -465,6 +465,9 @@ string_enum! {
         SecretMissing => "SecretMissing",
         /// ReconcileBlocked=True: a user-provided TLS certificate cannot serve the pods.
         TLSCertificateUnusable => "TLSCertificateUnusable",
+        /// ReconcileBlocked=True: `spec.tls.certManager` is set and the API server does not serve
+        /// cert-manager.io: the Certificate cannot be written, so nothing issues or renews it.
+        CertManagerMissing => "CertManagerMissing",
         /// ReconcileBlocked=True: the object lacks a field the API server always sets, or a
         /// rendered object could not be turned into an API request.
         InvalidObject => "InvalidObject",
