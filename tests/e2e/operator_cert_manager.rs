@@ -6,14 +6,17 @@
 //! cert-manager's Secrets alone; then operator_tls's checks run against it: the plaintext ports
 //! are closed, TLS serves and replicates, Sentinel answers over TLS with host names; a client of
 //! `<name>-rw`'s ClusterIP verifies the certificate against the Service's DNS name; and the master
-//! pod deleted under a TLS writer hands over with 0 acknowledged writes lost.
+//! pod deleted under a TLS writer hands over with 0 acknowledged writes lost; cert-manager made to
+//! re-issue both certificates (as `cmctl renew` does) rolls every pod under a TLS writer, 0
+//! acknowledged writes lost.
 //!
 //! cert-manager leaving and coming back, and a Certificate deleted when TLS is turned off, are in
 //! operator_optional_objects (exclusive: they uninstall cert-manager under the operator).
 //! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use crate::operator_tls::{
-    DOMAIN, Dial, NAME, TLS_PORT, master_deletion_under_a_tls_writer, serves_tls_only,
+    DOMAIN, Dial, NAME, TLS_PORT, TlsWriter, certificate_change_rolls_every_pod,
+    master_deletion_under_a_tls_writer, no_acknowledged_write_lost, serves_tls_only,
 };
 use vko_e2e::{ha_support, operator_support};
 
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use operator_support::{OperatorTest, ok_with};
 use vko_render::Names;
 use vko_valkey::{Reply, ValkeyClient};
@@ -42,6 +45,90 @@ async fn issued_ca(client: &kube::Client, ns: &str, secret: &str) -> anyhow::Res
         .with_context(|| format!("{secret} has no ca.crt"))?;
     ensure!(!ca.is_empty(), "{secret}: empty ca.crt");
     Ok(ca)
+}
+
+/// `tls.crt` of an issued Secret.
+async fn issued_certificate(
+    client: &kube::Client,
+    ns: &str,
+    secret: &str,
+) -> anyhow::Result<Vec<u8>> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    secrets
+        .get(secret)
+        .await?
+        .data
+        .and_then(|data| data.get("tls.crt").map(|crt| crt.0.clone()))
+        .with_context(|| format!("{secret} has no tls.crt"))
+}
+
+/// Makes cert-manager re-issue `certificate` now, as `cmctl renew` does: an `Issuing=True`
+/// condition with reason `ManuallyTriggered` added to its status.
+async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Result<()> {
+    let resource = ApiResource {
+        group: "cert-manager.io".into(),
+        version: "v1".into(),
+        api_version: "cert-manager.io/v1".into(),
+        kind: "Certificate".into(),
+        plural: "certificates".into(),
+    };
+    let certificates: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let current = certificates.get_status(certificate).await?;
+    let mut conditions = current.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|condition| condition["type"] != "Issuing");
+    conditions.push(serde_json::json!({
+        "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+        "message": "Certificate re-issuance manually triggered by the vko e2e test",
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }));
+    certificates
+        .patch_status(
+            certificate,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"conditions": conditions}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// cert-manager re-issues both certificates under a TLS writer: the new Secrets roll every pod of
+/// both tiers (the fingerprint changed), 0 acknowledged writes lost.
+async fn renewal_rolls_without_loss(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+) -> anyhow::Result<()> {
+    let data_secret = format!("{NAME}-tls");
+    let sentinel_secret = format!("{NAME}-sentinel-tls");
+    let old = issued_certificate(client, ns, &data_secret).await?;
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "renew");
+    writer.wait_for(300).await?;
+    let took = certificate_change_rolls_every_pod(
+        client,
+        ns,
+        async {
+            renew(client, ns, &data_secret).await?;
+            renew(client, ns, &sentinel_secret).await
+        },
+        "cert-manager re-issued both certificates",
+    )
+    .await?;
+    let new = issued_certificate(client, ns, &data_secret).await?;
+    ensure!(
+        new != old,
+        "{data_secret}: tls.crt unchanged after the renewal"
+    );
+    no_acknowledged_write_lost(
+        writer,
+        client,
+        ns,
+        dial,
+        &format!("renewal roll ({took:?})"),
+    )
+    .await
 }
 
 /// A TLS `SET` and `GET` through `<name>-rw`'s ClusterIP, the certificate verified against the
@@ -97,7 +184,8 @@ async fn a_cert_manager_cluster_serves_only_tls_through_rw_and_hands_over_withou
         let master = serves_tls_only(&client, &ns, &dial).await?;
         eprintln!("TLS only, from cert-manager's certificates; master {master}");
         tls_through_rw(&client, &ns, &dial).await?;
-        master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await
+        master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await?;
+        renewal_rolls_without_loss(&client, &ns, &dial).await
     }
     .await;
     if let Err(error) = outcome {

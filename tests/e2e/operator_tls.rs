@@ -212,14 +212,14 @@ async fn plain_resp_gets_no_reply(ip: &str, port: u16) -> anyhow::Result<()> {
 
 /// A writer over TLS: plain `SET` to whoever Sentinel (over TLS) names master, re-resolving on
 /// any error.
-struct TlsWriter {
+pub(crate) struct TlsWriter {
     stop: Arc<AtomicBool>,
     log: Arc<Mutex<WriteLog>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl TlsWriter {
-    fn start(client: kube::Client, ns: String, dial: Dial, prefix: &str) -> TlsWriter {
+    pub(crate) fn start(client: kube::Client, ns: String, dial: Dial, prefix: &str) -> TlsWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(WriteLog::default()));
         let task = tokio::spawn(tls_write_loop(
@@ -237,7 +237,7 @@ impl TlsWriter {
         self.log.lock().await.acked.len()
     }
 
-    async fn wait_for(&self, at_least: usize) -> anyhow::Result<()> {
+    pub(crate) async fn wait_for(&self, at_least: usize) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.acked().await < at_least {
             ensure!(
@@ -739,7 +739,7 @@ pub(crate) async fn master_deletion_under_a_tls_writer(
 
 /// Lets `writer` make 300 more writes, stops it, and fails unless every write it saw OK'd is on
 /// the master Sentinel names now.
-async fn no_acknowledged_write_lost(
+pub(crate) async fn no_acknowledged_write_lost(
     writer: TlsWriter,
     client: &kube::Client,
     ns: &str,
@@ -790,18 +790,12 @@ async fn pod_uids(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<(String
     Ok(uids)
 }
 
-/// One certificate change: the Secret's data replaced by `data`; `TLSMaterialStale` turns True
-/// naming pods of both tiers, the rolling update replaces every pod, the condition clears with
-/// `TLSMaterialCurrent`, and the cluster is OK again. Returns how long the roll took.
-async fn certificate_change_rolls_every_pod(
+/// The user Secret's data merged with `data`.
+async fn patch_secret(
     client: &kube::Client,
     ns: &str,
     data: serde_json::Value,
-    what: &str,
-) -> anyhow::Result<Duration> {
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
-    let before = pod_uids(client, ns).await?;
-    ensure!(before.len() == 6, "pods before the change: {before:?}");
+) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     secrets
         .patch(
@@ -810,9 +804,26 @@ async fn certificate_change_rolls_every_pod(
             &Patch::Merge(serde_json::json!({ "stringData": data })),
         )
         .await?;
+    Ok(())
+}
+
+/// One certificate change (`change`: the user Secret patched, or cert-manager made to re-issue);
+/// `TLSMaterialStale` turns True naming pods of both tiers, the rolling update replaces every pod,
+/// the condition clears with `TLSMaterialCurrent`, and the cluster is OK again. Returns how long
+/// the roll took.
+pub(crate) async fn certificate_change_rolls_every_pod(
+    client: &kube::Client,
+    ns: &str,
+    change: impl std::future::Future<Output = anyhow::Result<()>>,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let before = pod_uids(client, ns).await?;
+    ensure!(before.len() == 6, "pods before the change: {before:?}");
+    change.await?;
     let changed = Instant::now();
     let (_, _, message) = eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         &format!("TLSMaterialStale=True after {what}"),
         || async {
             let valkey = valkeys.get(NAME).await?;
@@ -908,14 +919,15 @@ async fn ca_rotation_rolls_without_loss(
     let trust = certificate_change_rolls_every_pod(
         client,
         ns,
-        serde_json::json!({ "ca.crt": bundle }),
+        patch_secret(client, ns, serde_json::json!({ "ca.crt": bundle })),
         "ca.crt gained the next CA",
     )
     .await?;
+    let next = serde_json::json!({ "tls.crt": material.next_cert, "tls.key": material.next_key });
     let leaf = certificate_change_rolls_every_pod(
         client,
         ns,
-        serde_json::json!({ "tls.crt": material.next_cert, "tls.key": material.next_key }),
+        patch_secret(client, ns, next),
         "the certificate issued by the next CA",
     )
     .await?;

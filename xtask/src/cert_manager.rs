@@ -31,7 +31,7 @@ pub const GO_MODULE: GoModule = GoModule {
     module: "github.com/cert-manager/cert-manager",
     version: CERT_MANAGER_VERSION,
     binary: "bin/controller",
-    build_note: " (three binaries: a cold build takes several minutes on 2 cores)",
+    build_note: " (three binaries: 2 min 47 s on 2 cores from empty Go caches)",
     cache_dir: cert_manager_dir,
     ldflags,
     packages: &[
