@@ -7,27 +7,35 @@
 //! are closed, TLS serves and replicates, Sentinel answers over TLS with host names; a client of
 //! `<name>-rw`'s ClusterIP verifies the certificate against the Service's DNS name; and the master
 //! pod deleted under a TLS writer hands over with 0 acknowledged writes lost; cert-manager made to
-//! re-issue both certificates (as `cmctl renew` does) rolls every pod under a TLS writer, 0
-//! acknowledged writes lost.
+//! re-issue both certificates (as `cmctl renew` does) under a TLS writer: the data pods reload
+//! the new certificate in place (UIDs and restart counts unchanged, the new fingerprint served),
+//! the Sentinel pods are replaced, 0 acknowledged writes lost; `unifiedCertificate` turned on
+//! under a TLS writer re-issues `<name>-tls` with the Sentinel names, no Sentinel pod mounts it
+//! before it names them (sampled every 200 ms), the data pods reload it in place, the Sentinel
+//! pods are replaced onto it, the Sentinel Certificate is deleted, 0 lost.
 //!
 //! cert-manager leaving and coming back, and a Certificate deleted when TLS is turned off, are in
 //! operator_optional_objects (exclusive: they uninstall cert-manager under the operator).
 //! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use crate::operator_tls::{
-    DOMAIN, Dial, NAME, TLS_PORT, TlsWriter, certificate_change_rolls_every_pod,
+    DOMAIN, Dial, NAME, TLS_PORT, TlsWriter, certificate_change_reloads_the_data_pods,
     master_deletion_under_a_tls_writer, no_acknowledged_write_lost, serves_tls_only,
 };
 use vko_e2e::{ha_support, operator_support};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use ha_support::eventually;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use operator_support::{OperatorTest, ok_with};
 use vko_render::Names;
-use vko_valkey::{Reply, ValkeyClient};
+use vko_valkey::{Reply, ValkeyClient, certificate};
 
 /// The testbed's CA ClusterIssuer (vko_testbed::cert_manager::CA_ISSUER).
 const ISSUER: &str = vko_testbed::cert_manager::CA_ISSUER;
@@ -94,8 +102,9 @@ async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Re
     Ok(())
 }
 
-/// cert-manager re-issues both certificates under a TLS writer: the new Secrets roll every pod of
-/// both tiers (the fingerprint changed), 0 acknowledged writes lost.
+/// cert-manager re-issues both certificates under a TLS writer (same CA): the data pods reload the
+/// new certificate in place (0 restarts), the Sentinel pods are replaced, 0 acknowledged writes
+/// lost.
 async fn renewal_rolls_without_loss(
     client: &kube::Client,
     ns: &str,
@@ -106,14 +115,16 @@ async fn renewal_rolls_without_loss(
     let old = issued_certificate(client, ns, &data_secret).await?;
     let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "renew");
     writer.wait_for(300).await?;
-    let took = certificate_change_rolls_every_pod(
+    let took = certificate_change_reloads_the_data_pods(
         client,
         ns,
+        dial,
         async {
             renew(client, ns, &data_secret).await?;
             renew(client, ns, &sentinel_secret).await
         },
         "cert-manager re-issued both certificates",
+        (&data_secret, &sentinel_secret),
     )
     .await?;
     let new = issued_certificate(client, ns, &data_secret).await?;
@@ -127,6 +138,164 @@ async fn renewal_rolls_without_loss(
         ns,
         dial,
         &format!("renewal roll ({took:?})"),
+    )
+    .await
+}
+
+/// The Secrets the Sentinel pods' volumes name, per pod.
+async fn sentinel_pod_secrets(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let prefix = format!("{NAME}-sentinel-");
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|pod| pod.name_any().starts_with(&prefix))
+        .map(|pod| {
+            let name = pod.name_any();
+            let secrets = pod
+                .spec
+                .and_then(|spec| spec.volumes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|volume| volume.secret.and_then(|secret| secret.secret_name))
+                .collect();
+            (name, secrets)
+        })
+        .collect())
+}
+
+/// Samples, until `stop`, whether a Sentinel pod mounts `<name>-tls` while that Secret's
+/// certificate does not name the Sentinel pods yet; returns what it saw (empty: never).
+async fn sample_unified_ordering(
+    client: kube::Client,
+    ns: String,
+    sentinel_hosts: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> (usize, Vec<String>) {
+    let data_secret = format!("{NAME}-tls");
+    let (mut samples, mut violations) = (0, Vec::new());
+    while !stop.load(Ordering::SeqCst) {
+        let sample = async {
+            let mounts = sentinel_pod_secrets(&client, &ns).await?;
+            let certificate = issued_certificate(&client, &ns, &data_secret).await?;
+            let uncovered = certificate::host_names_not_covered(&certificate, &sentinel_hosts)
+                .map_err(anyhow::Error::msg)?;
+            anyhow::Ok(
+                mounts
+                    .into_iter()
+                    .filter(|(_, secrets)| secrets.contains(&data_secret) && !uncovered.is_empty())
+                    .map(|(pod, _)| {
+                        format!("{pod} mounts {data_secret}, which leaves out {uncovered:?}")
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
+        .await;
+        if let Ok(found) = sample {
+            samples += 1;
+            violations.extend(found);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (samples, violations)
+}
+
+/// `unifiedCertificate` turned on under a TLS writer: `<name>-tls` is re-issued with the Sentinel
+/// names and no Sentinel pod mounts it before it names them; the data pods reload it in place,
+/// the Sentinel pods are replaced onto it, the `<name>-sentinel-tls` Certificate is deleted, 0
+/// acknowledged writes lost.
+async fn unified_certificate_migration(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+) -> anyhow::Result<()> {
+    let sentinel_hosts: Vec<String> = (0..3)
+        .map(|ordinal| dial.names.sentinel_pod_fqdn(ordinal))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn(sample_unified_ordering(
+        client.clone(),
+        ns.to_owned(),
+        sentinel_hosts,
+        stop.clone(),
+    ));
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "unify");
+    writer.wait_for(300).await?;
+    let valkeys: Api<vko_api::Valkey> = Api::namespaced(client.clone(), ns);
+    let data_secret = format!("{NAME}-tls");
+    let took = certificate_change_reloads_the_data_pods(
+        client,
+        ns,
+        dial,
+        async {
+            valkeys
+                .patch(
+                    NAME,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        serde_json::json!({"spec": {"tls": {"unifiedCertificate": true}}}),
+                    ),
+                )
+                .await?;
+            Ok(())
+        },
+        "unifiedCertificate turned on",
+        (&data_secret, &data_secret),
+    )
+    .await?;
+    stop.store(true, Ordering::SeqCst);
+    let (samples, violations) = sampler.await?;
+    ensure!(
+        violations.is_empty(),
+        "a Sentinel pod mounted the unified Secret before it named the Sentinels: {violations:?}"
+    );
+    ensure!(samples > 10, "only {samples} samples of the ordering");
+    let mounts = sentinel_pod_secrets(client, ns).await?;
+    ensure!(
+        mounts
+            .iter()
+            .all(|(_, secrets)| secrets.contains(&format!("{NAME}-tls"))
+                && !secrets.contains(&format!("{NAME}-sentinel-tls"))),
+        "Sentinel mounts after the migration: {mounts:?}"
+    );
+    let resource = ApiResource {
+        group: "cert-manager.io".into(),
+        version: "v1".into(),
+        api_version: "cert-manager.io/v1".into(),
+        kind: "Certificate".into(),
+        plural: "certificates".into(),
+    };
+    let certificates: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    eventually(
+        Duration::from_secs(60),
+        "the Sentinel Certificate deleted",
+        || async {
+            let names: Vec<String> = certificates
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            ensure!(names == [format!("{NAME}-tls")], "Certificates {names:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    eprintln!(
+        "unified: Sentinel pods moved to {NAME}-tls only once it named them ({samples} samples), {NAME}-sentinel-tls Certificate deleted"
+    );
+    no_acknowledged_write_lost(
+        writer,
+        client,
+        ns,
+        dial,
+        &format!("unified-certificate migration ({took:?})"),
     )
     .await
 }
@@ -185,7 +354,8 @@ async fn a_cert_manager_cluster_serves_only_tls_through_rw_and_hands_over_withou
         eprintln!("TLS only, from cert-manager's certificates; master {master}");
         tls_through_rw(&client, &ns, &dial).await?;
         master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await?;
-        renewal_rolls_without_loss(&client, &ns, &dial).await
+        renewal_rolls_without_loss(&client, &ns, &dial).await?;
+        unified_certificate_migration(&client, &ns, &dial).await
     }
     .await;
     if let Err(error) = outcome {

@@ -19,10 +19,13 @@
 //! - deletes the master pod gracefully under a TLS writer doing plain `SET` (re-resolving the
 //!   master through Sentinel over TLS on any error): a new master, 0 OK'd writes lost, and the
 //!   cluster whole again (the old pod rejoins as a replica over TLS);
-//! - rotates the CA under a TLS writer, in two certificate changes (`ca.crt` gains the next CA,
-//!   then certificate and key come from it): each change turns `TLSMaterialStale` True naming the
-//!   pods, rolls every pod of both tiers, and clears it with `TLSMaterialCurrent`; 0 OK'd writes
-//!   lost; afterwards every pod serves the next CA's certificate and the old CA alone is refused.
+//! - rotates the CA under a TLS writer, in two certificate changes: `ca.crt` gains the next CA
+//!   (`TLSMaterialStale` True naming the pods, every pod of both tiers rolled, cleared with
+//!   `TLSMaterialCurrent`), then certificate and key come from it: the data pods' sidecars reload
+//!   it in place — every data pod serves the new certificate (handshake fingerprint) with its UID
+//!   and restart count unchanged at every sample — and the Sentinel pods, which cannot reload,
+//!   are replaced; 0 OK'd writes lost; afterwards every pod serves the next CA's certificate and
+//!   the old CA alone is refused.
 //!
 //! A second test runs dual-port mode (`allowUnencrypted` on both tiers).
 //!
@@ -147,6 +150,25 @@ impl Dial {
         SentinelClient::connect(&self.options(&ip, SENTINEL_TLS_PORT, self.fqdn(pod)))
             .await
             .with_context(|| format!("TLS connect to sentinel {pod}"))
+    }
+
+    /// The fingerprint of the certificate `pod` serves on its TLS port (a Sentinel on 36379, a
+    /// data pod on 16379), after a handshake verified against the CA and the pod's DNS name.
+    pub(crate) async fn served(&self, pods: &Pods, pod: &str) -> anyhow::Result<String> {
+        let ip = pods.ip(pod).with_context(|| format!("{pod} has no IP"))?;
+        let port = if pod.starts_with(&format!("{NAME}-sentinel-")) {
+            SENTINEL_TLS_PORT
+        } else {
+            TLS_PORT
+        };
+        vko_valkey::served::served_certificate(
+            &format!("{ip}:{port}"),
+            &self.fqdn(pod),
+            &self.ca,
+            Duration::from_secs(3),
+        )
+        .await
+        .with_context(|| format!("the certificate {pod} serves"))
     }
 
     /// A verified TLS connection to `pod` (a Sentinel on its TLS port, a data pod on 16379).
@@ -878,10 +900,164 @@ pub(crate) async fn certificate_change_rolls_every_pod(
     Ok(took)
 }
 
-/// A CA rotation with a user Secret, in the two steps it takes when pods load their CA at start:
-/// first `ca.crt` gains the next CA (every pod replaced, so all trust both), then the certificate
-/// and key become the next CA's (every pod replaced again). Under a plain-`SET` TLS writer trusting
-/// both CAs: 0 OK'd writes lost. Afterwards every pod of both tiers serves the next CA's
+/// Every pod of both tiers: (name, UID, restarts summed over its containers).
+async fn pod_lives(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<(String, String, i32)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut lives: Vec<(String, String, i32)> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|pod| {
+            let restarts = pod
+                .status
+                .as_ref()
+                .and_then(|status| status.container_statuses.as_ref())
+                .map_or(0, |containers| {
+                    containers.iter().map(|c| c.restart_count).sum()
+                });
+            Some((pod.metadata.name?, pod.metadata.uid?, restarts))
+        })
+        .filter(|(name, ..)| name.starts_with(&format!("{NAME}-")))
+        .collect();
+    lives.sort();
+    Ok(lives)
+}
+
+/// The fingerprint of the leaf certificate in `secret`'s `tls.crt`.
+pub(crate) async fn secret_certificate(
+    client: &kube::Client,
+    ns: &str,
+    secret: &str,
+) -> anyhow::Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let cert = secrets
+        .get(secret)
+        .await?
+        .data
+        .and_then(|data| data.get("tls.crt").map(|crt| crt.0.clone()))
+        .with_context(|| format!("{secret} has no tls.crt"))?;
+    vko_valkey::certificate::leaf_fingerprint(&cert).map_err(anyhow::Error::msg)
+}
+
+/// How long a certificate change under the same CA took: until every data pod served the new
+/// certificate, and until the whole cluster was current again.
+#[derive(Debug)]
+pub(crate) struct Reloaded {
+    pub(crate) data_serving: Duration,
+    pub(crate) all_current: Duration,
+}
+
+/// One change of certificate and key under the same CA (`change`; `data_secret` and
+/// `sentinel_secret` are the Secrets the tiers mount afterwards): every data pod serves the data
+/// Secret's new certificate with its UID and restart count unchanged at every sample (the sidecar
+/// reloaded the server in place, ADR 0038), every Sentinel pod is replaced (Sentinel cannot
+/// reload) and serves its Secret's certificate, `TLSMaterialStale` ends `False` /
+/// `TLSMaterialCurrent`, the cluster is OK and not rolling.
+pub(crate) async fn certificate_change_reloads_the_data_pods(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+    change: impl std::future::Future<Output = anyhow::Result<()>>,
+    what: &str,
+    (data_secret, sentinel_secret): (&str, &str),
+) -> anyhow::Result<Reloaded> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let sentinel_prefix = format!("{NAME}-sentinel-");
+    let before = pod_lives(client, ns).await?;
+    ensure!(before.len() == 6, "pods before the change: {before:?}");
+    let (sentinels_before, data_before): (Vec<_>, Vec<_>) = before
+        .into_iter()
+        .partition(|(name, ..)| name.starts_with(&sentinel_prefix));
+    let old_data = secret_certificate(client, ns, data_secret).await?;
+    change.await?;
+    let changed = Instant::now();
+    let deadline = changed + Duration::from_secs(400);
+    let mut data_serving = None;
+    let mut last = String::new();
+    loop {
+        ensure!(
+            Instant::now() < deadline,
+            "{what}: not done after 400 s: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let lives = pod_lives(client, ns).await?;
+        for (name, uid, restarts) in &data_before {
+            let now = lives.iter().find(|(pod, ..)| pod == name);
+            ensure!(
+                now.is_some_and(
+                    |(_, now_uid, now_restarts)| now_uid == uid && now_restarts == restarts
+                ),
+                "{what}: data pod {name} was replaced or restarted (before: uid {uid}, \
+                 {restarts} restarts; now: {now:?})"
+            );
+        }
+        let sample = async {
+            let data = secret_certificate(client, ns, data_secret).await?;
+            ensure!(data != old_data, "{data_secret} not re-issued yet");
+            let sentinel = secret_certificate(client, ns, sentinel_secret).await?;
+            let pods = Pods::list(client, ns).await?;
+            for (pod, ..) in &data_before {
+                let served = dial.served(&pods, pod).await?;
+                ensure!(served == data, "{pod} serves {served}, not {data}");
+            }
+            if data_serving.is_none() {
+                data_serving = Some(changed.elapsed());
+                eprintln!(
+                    "{what}: every data pod serves the new certificate after {:?}, none restarted",
+                    changed.elapsed()
+                );
+            }
+            for (pod, uid, _) in &sentinels_before {
+                ensure!(
+                    lives
+                        .iter()
+                        .all(|(name, now_uid, _)| name != pod || now_uid != uid),
+                    "Sentinel {pod} not replaced yet"
+                );
+                let served = dial.served(&pods, pod).await?;
+                ensure!(served == sentinel, "{pod} serves {served}, not {sentinel}");
+            }
+            let valkey = valkeys.get(NAME).await?;
+            let stale = tls_material_stale(&valkey);
+            ensure!(
+                stale.as_ref().is_some_and(
+                    |(status, reason, _)| status == "False" && reason == "TLSMaterialCurrent"
+                ),
+                "{stale:?}"
+            );
+            ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
+            ensure!(
+                valkey
+                    .status
+                    .as_ref()
+                    .is_some_and(|status| status.rolling_update.is_none()),
+                "still rolling"
+            );
+            anyhow::Ok(())
+        }
+        .await;
+        match sample {
+            Ok(()) => break,
+            Err(error) => last = format!("{error:#}"),
+        }
+    }
+    let reloaded = Reloaded {
+        data_serving: data_serving.unwrap_or_default(),
+        all_current: changed.elapsed(),
+    };
+    eprintln!(
+        "{what}: data pods reloaded in place ({:?}), Sentinel pods replaced, TLSMaterialCurrent \
+         after {:?}",
+        reloaded.data_serving, reloaded.all_current
+    );
+    Ok(reloaded)
+}
+
+/// A CA rotation with a user Secret, in the two steps it takes: first `ca.crt` gains the next CA
+/// (every pod replaced, so all trust both), then the certificate and key become the next CA's
+/// (the data pods reload it in place with 0 restarts, the Sentinel pods are replaced). Under a
+/// plain-`SET` TLS writer trusting both CAs: 0 OK'd writes lost. Afterwards every pod of both tiers serves the next CA's
 /// certificate: a client trusting only the next CA reaches all six, one trusting only the old CA
 /// is refused.
 async fn ca_rotation_rolls_without_loss(
@@ -924,11 +1100,13 @@ async fn ca_rotation_rolls_without_loss(
     )
     .await?;
     let next = serde_json::json!({ "tls.crt": material.next_cert, "tls.key": material.next_key });
-    let leaf = certificate_change_rolls_every_pod(
+    let leaf = certificate_change_reloads_the_data_pods(
         client,
         ns,
+        &both,
         patch_secret(client, ns, next),
         "the certificate issued by the next CA",
+        (SECRET, SECRET),
     )
     .await?;
     no_acknowledged_write_lost(

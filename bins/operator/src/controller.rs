@@ -166,7 +166,14 @@ pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
 struct SecretView {
     password: Option<String>,
     auth_missing: bool,
+    /// `vko_render::tls_material_fingerprint` of the data tier's Secret.
     tls_hash: Option<String>,
+    /// `vko_render::tls_trust_fingerprint` of the data tier's Secret: what the data template
+    /// carries (ADR 0038).
+    tls_trust_hash: Option<String>,
+    /// The fingerprint of the data Secret's certificate (`tls.crt`'s leaf), what the data pods'
+    /// sidecars report serving once they reloaded it.
+    tls_certificate: Option<String>,
     sentinel_tls_hash: Option<String>,
     /// The Sentinel tier's fingerprint: its own Secret's, or the data Secret's when they share it.
     sentinel_current_tls_hash: Option<String>,
@@ -283,6 +290,31 @@ fn observe_secrets(
                     });
                     return None;
                 }
+            } else {
+                // An issued certificate is held back until it names every pod that would mount
+                // it: after `unifiedCertificate` is turned on, `<name>-tls` is re-issued with the
+                // Sentinel names, and neither tier moves before that (one roll, onto material
+                // that serves them all).
+                let problem = match vko_valkey::certificate::host_names_not_covered(cert, hosts) {
+                    Ok(uncovered) => uncovered.first().map(|first| {
+                        format!(
+                            "is issued for names that leave out {} of the {} pod host names \
+                             that mount it (first: {first}); cert-manager re-issues it from \
+                             the Certificate, the pods keep their current material until then",
+                            uncovered.len(),
+                            hosts.len()
+                        )
+                    }),
+                    Err(problem) => Some(format!("is not usable yet: {problem}")),
+                };
+                if let Some(problem) = problem {
+                    unusable.borrow_mut().push(Error::SecretMissing {
+                        what: "TLS",
+                        name: name.to_owned(),
+                        problem,
+                    });
+                    return None;
+                }
             }
             Some((
                 vko_render::tls_material_fingerprint(cert, key, ca),
@@ -303,6 +335,11 @@ fn observe_secrets(
         match fingerprint(&secrets.data, &data_secret_hosts) {
             Some((hash, secret)) => {
                 view.tls_hash = Some(hash);
+                view.tls_trust_hash = Some(vko_render::tls_trust_fingerprint(
+                    secret_key(&secret, "ca.crt").unwrap_or_default(),
+                ));
+                view.tls_certificate = secret_key(&secret, "tls.crt")
+                    .and_then(|cert| vko_valkey::certificate::leaf_fingerprint(cert).ok());
                 view.tls = Some(TlsOptions {
                     ca_pem: secret_key(&secret, "ca.crt").unwrap_or_default().to_vec(),
                     client_cert_pem: secret_key(&secret, "tls.crt").map(<[u8]>::to_vec),
@@ -668,8 +705,10 @@ fn render(
     inputs.cluster_domain = config.cluster_domain.clone();
     inputs.operator_peer = config.operator_peer.clone();
     inputs.owner = pass.valkey.controller_owner_ref(&());
-    inputs.tls_material_hash = observed.secrets.tls_hash.clone();
-    inputs.sentinel_tls_material_hash = observed.secrets.sentinel_tls_hash.clone();
+    // The data pods reload a new certificate in place, so their template carries only the CA;
+    // Sentinel cannot reload, so every change of its Secret rolls it (ADR 0038).
+    inputs.tls_material_hash = observed.secrets.tls_trust_hash.clone();
+    inputs.sentinel_tls_material_hash = observed.secrets.sentinel_current_tls_hash.clone();
     let served = config.optional_apis.served();
     inputs.cert_manager_present = served.cert_manager;
     inputs.prometheus_operator_present = served.prometheus_operator;
@@ -1665,17 +1704,27 @@ fn foreign_budgets(
 
 /// The TLS fingerprints of both tiers: the Secrets' now and each pod's.
 fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<status::TierMaterial> {
-    let fingerprints = |pods: &mut dyn Iterator<Item = &Arc<Pod>>| {
-        pods.map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
-            .collect::<Vec<_>>()
-    };
+    let secrets = &observed.secrets;
+    let data_pods = observed
+        .data_pods
+        .values()
+        .map(|pod| (pod.name_any(), status::data_pod_tls_material(pod)))
+        .collect();
     let mut tiers = vec![status::TierMaterial {
         tier: "data",
-        current: observed.secrets.tls_hash.clone(),
-        pods: fingerprints(&mut observed.data_pods.values()),
+        current: secrets
+            .tls_trust_hash
+            .as_deref()
+            .zip(secrets.tls_certificate.as_deref())
+            .map(|(trust, certificate)| status::data_tls_material(trust, certificate)),
+        pods: data_pods,
     }];
     if spec.sentinel_enabled() {
-        let mut pods = fingerprints(&mut observed.sentinel_pods.iter());
+        let mut pods: Vec<_> = observed
+            .sentinel_pods
+            .iter()
+            .map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
+            .collect();
         // The store's order is arbitrary; the message must not change between passes.
         pods.sort();
         tiers.push(status::TierMaterial {
@@ -2145,6 +2194,66 @@ mod tests {
         inputs.cert_manager_present = true;
         let rendered = vko_render::render(&valkey, &inputs).unwrap();
         assert!(cert_manager_missing(&rendered).is_none());
+    }
+
+    /// A cert-manager-issued Secret `a-tls` whose certificate names `dns` (self-signed: the
+    /// issuer's chain is not checked for issued material).
+    fn issued_secret(dns: &[&str]) -> Secret {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = dns.iter().map(|name| (*name).to_owned()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a-tls", "namespace": "ns"},
+            "stringData": {},
+            "data": {
+                "tls.crt": k8s_openapi::ByteString(cert.pem().into_bytes()),
+                "tls.key": k8s_openapi::ByteString(key.serialize_pem().into_bytes()),
+                "ca.crt": k8s_openapi::ByteString(cert.pem().into_bytes()),
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_unified_certificate_not_yet_naming_the_sentinels_holds_both_tiers() {
+        let valkey = valkey(
+            "ns",
+            "a",
+            serde_json::json!({"replicas": 1, "sentinel": {"enabled": true, "replicas": 1},
+                "tls": {"enabled": true, "unifiedCertificate": true,
+                    "certManager": {"issuer": {"kind": "ClusterIssuer", "name": "ca"}}}}),
+        );
+        let names = Names::new("a", "ns", "cluster.local").unwrap();
+        let observe = |secret: Secret| {
+            let fetched = secrets::Fetched::from([("a-tls".to_owned(), Arc::new(secret))]);
+            observe_secrets(&valkey, "ns", &names, &fetched).unwrap()
+        };
+        // Issued before the switch: the data pods only.
+        let view = observe(issued_secret(&["*.a-headless.ns.svc.cluster.local"]));
+        assert_eq!(view.tls_hash, None, "held back until re-issued");
+        let [error] = view.problems.as_slice() else {
+            panic!("one problem, got {:?}", view.problems);
+        };
+        assert_eq!(error.reason(), ConditionReason::SecretMissing);
+        let message = error.to_string();
+        for part in [
+            "a-tls",
+            "1 of the 2 pod host names",
+            "a-sentinel-0.a-sentinel-headless",
+        ] {
+            assert!(message.contains(part), "{message:?} names {part:?}");
+        }
+        // Re-issued with the Sentinel names: both tiers go ahead on it.
+        let view = observe(issued_secret(&[
+            "*.a-headless.ns.svc.cluster.local",
+            "*.a-sentinel-headless.ns.svc.cluster.local",
+        ]));
+        assert!(view.problems.is_empty(), "{:?}", view.problems);
+        assert!(view.tls_hash.is_some());
+        assert_eq!(view.sentinel_current_tls_hash, view.tls_hash);
     }
 
     /// A Secret holding `keys` of `tls.crt` = "cert", `tls.key` = "key", `ca.crt` = "ca".

@@ -138,6 +138,10 @@ pub struct RunArgs {
     /// The exporter's port, asked to reload its password map.
     #[arg(long)]
     pub exporter_port: Option<u16>,
+    /// With TLS: the CA fingerprint the pod's template carries (ADR 0038); a certificate under
+    /// that CA is reloaded in place.
+    #[arg(long, env = vko_render::TLS_HASH_ENV)]
+    pub tls_trust: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -229,6 +233,13 @@ impl PodApi for NoPodApi {
         &'a self,
         _: &'a str,
         _: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
+    }
+    fn set_tls_certificate_annotation<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }
@@ -329,6 +340,14 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
             _ => None,
         },
     });
+    let tls_watch = match (&args.tls.tls_ca_file, &args.tls.tls_cert_file) {
+        (Some(ca), Some(cert)) => Some(crate::tls_reload::TlsWatch {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            trust: args.tls_trust.clone(),
+        }),
+        _ => None,
+    };
     let node = Node {
         topology: args.cluster.topology(PathBuf::from(&args.replica_config))?,
         dialer: args.tls.dialer(started_with.or(password)),
@@ -346,7 +365,7 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
         ..crate::fence::FenceSettings::default()
     };
     let shared = crate::run::Shared::with_fence_settings(Arc::new(node), settings, fence_settings);
-    crate::run::run(shared, args.health_port, watch).await
+    crate::run::run(shared, args.health_port, watch, tls_watch).await
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The sidecar's Kubernetes calls on pods, behind a trait so the logic is tested without an API
 //! server. Its Role allows exactly these, on this cluster's data pods only: `get` and `patch`
-//! (the `instanceRole` label, the `vko.gtrfc.com/fenced` annotation), and `list`/`watch` of its
+//! (the `instanceRole` label, the `vko.gtrfc.com/fenced` and `vko.gtrfc.com/tls-certificate`
+//! annotations), and `list`/`watch` of its
 //! own pod by name (`metadata.name=<pod>`, which RBAC checks against the Role's `resourceNames`).
 //!
 //! The own pod's label is read back from that watch, not by a GET every 10 s: at steady state a
@@ -39,6 +40,12 @@ pub trait PodApi: Send + Sync {
         &'a self,
         pod: &'a str,
         value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>>;
+    /// Merge-patch `vko.gtrfc.com/tls-certificate: <fingerprint>` on `pod` (ADR 0038).
+    fn set_tls_certificate_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<()>>;
 }
 
@@ -192,6 +199,25 @@ impl PodApi for KubePodApi {
         Box::pin(async move {
             let patch = serde_json::json!({
                 "metadata": { "annotations": { vko_api::consts::annotations::FENCED: value } }
+            });
+            self.pods
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| SidecarError::Kube(format!("patch pod {pod}: {e}")))
+        })
+    }
+
+    fn set_tls_certificate_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let patch = serde_json::json!({
+                "metadata": {
+                    "annotations": { vko_api::consts::annotations::TLS_CERTIFICATE: fingerprint }
+                }
             });
             self.pods
                 .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))

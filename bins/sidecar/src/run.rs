@@ -598,6 +598,7 @@ pub async fn run(
     shared: Arc<Shared>,
     health_port: u16,
     password: Option<crate::password::PasswordWatch>,
+    tls: Option<crate::tls_reload::TlsWatch>,
 ) -> Result<()> {
     let addr = SocketAddr::from(([0, 0, 0, 0], health_port));
     let listener = tokio::net::TcpListener::bind(addr)
@@ -620,6 +621,12 @@ pub async fn run(
         tasks.push((
             "password watch",
             tokio::spawn(crate::password::password_loop(shared.node.clone(), watch)),
+        ));
+    }
+    if let Some(watch) = tls {
+        tasks.push((
+            "TLS watch",
+            tokio::spawn(crate::tls_reload::tls_loop(shared.node.clone(), watch)),
         ));
     }
     if shared.node.topology.sentinel_enabled() {

@@ -42,6 +42,10 @@ pub mod annotations {
     /// e.g. `AuthorityNotProven since 2026-12-01T20:30:00Z`; absent while not fenced. The
     /// operator turns it into the `MasterFenced` condition.
     pub const FENCED: &str = "vko.gtrfc.com/fenced";
+    /// On a data pod with TLS: the SHA-256 (hex) of the certificate its valkey-server serves, as
+    /// the sidecar last saw it in a handshake (after start and after each in-place reload, ADR
+    /// 0038). The operator compares it with the Secret's `tls.crt` for `TLSMaterialStale`.
+    pub const TLS_CERTIFICATE: &str = "vko.gtrfc.com/tls-certificate";
 }
 
 /// Port numbers. `i32` because that is what Kubernetes' container and service ports use.

@@ -1,4 +1,4 @@
-//! Fingerprints: config hash, pod-spec hash, TLS-material fingerprint. All are SHA-256, hex.
+//! Fingerprints: config hash, pod-spec hash, TLS-material and TLS-trust fingerprints. All are SHA-256, hex.
 //!
 //! The pod-spec hash is computed over a canonical JSON text that this module writes itself
 //! (object keys sorted, no whitespace), not over `serde_json::to_string`: serde_json keeps
@@ -33,6 +33,14 @@ pub fn config_hash(files: &[&str]) -> String {
 /// Secret. A rotation changes it; identical bytes give the identical fingerprint.
 pub fn tls_material_fingerprint(cert: &[u8], key: &[u8], ca: &[u8]) -> String {
     digest_parts(&[cert, key, ca])
+}
+
+/// Fingerprint of the trust a TLS Secret carries: its CA bundle alone. The operator puts this on
+/// the data tier's template (ADR 0038): a new certificate and key under the same CA is reloaded in
+/// place by the sidecar, so only a new `ca.crt` (which a running server cannot safely take in
+/// place, mid-roll its peers still present the old chain) rolls the data pods.
+pub fn tls_trust_fingerprint(ca: &[u8]) -> String {
+    digest_parts(&[b"trust", ca])
 }
 
 /// Writes `value` as canonical JSON: keys sorted bytewise, no insignificant whitespace.

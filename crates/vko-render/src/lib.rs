@@ -64,7 +64,7 @@ pub use data::{SIDECAR_CONTAINER, VALKEY_CONTAINER, sidecar_runs_with_sentinel};
 pub use error::RenderError;
 pub use hash::{
     canonical_json, config_hash, differs_only_in_operator_image, pod_spec_hash,
-    tls_material_fingerprint,
+    tls_material_fingerprint, tls_trust_fingerprint,
 };
 pub use labels::{
     APPLIED_HASH_ANNOTATION, CONFIG_HASH_ANNOTATION, Component, METRICS_LABEL,
@@ -95,14 +95,18 @@ pub struct RenderInputs {
     pub cluster_domain: String,
     /// Controller ownerReference (to the `Valkey`) put on every object.
     pub owner: Option<OwnerReference>,
-    /// Fingerprint ([`tls_material_fingerprint`]) of the TLS Secret the data pods mount
-    /// ([`TlsSecrets::data`]); `None` while it is not known yet. With TLS on, the data
-    /// StatefulSet is held back (see [`Rendered::skipped`]) until it is known, so every pod
-    /// carries it from its first start.
+    /// The fingerprint the data pods' template carries for the TLS Secret they mount
+    /// ([`TlsSecrets::data`]); a change rolls them. The operator passes
+    /// [`tls_trust_fingerprint`] (the CA alone: its sidecars reload a new certificate in place,
+    /// ADR 0038); [`tls_material_fingerprint`] rolls on every change. `None` while it is not known
+    /// yet: with TLS on, the data StatefulSet is held back (see [`Rendered::skipped`]) until it
+    /// is known, so every pod carries it from its first start.
     pub tls_material_hash: Option<String>,
-    /// Fingerprint of the Secret the Sentinel pods mount, when that is a different Secret
-    /// ([`TlsSecrets::sentinel`]; separate cert-manager certificates). Ignored when both tiers
-    /// mount the same Secret: then `tls_material_hash` is used for both.
+    /// The fingerprint the Sentinel pods' template carries for the Secret they mount (their own
+    /// with separate cert-manager certificates, [`TlsSecrets::sentinel`], else the data tier's);
+    /// the operator passes [`tls_material_fingerprint`]: Sentinel cannot reload its certificate,
+    /// so every change rolls it. When both tiers mount the same Secret and this is `None`,
+    /// `tls_material_hash` is used for both.
     pub sentinel_tls_material_hash: Option<String>,
     /// The Prometheus-Operator CRDs exist: a wanted ServiceMonitor is rendered only then.
     pub prometheus_operator_present: bool,
@@ -502,7 +506,10 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         Some(TlsSecrets {
             sentinel: Some(_), ..
         }) => inputs.sentinel_tls_material_hash.as_deref(),
-        _ => data_tls_hash,
+        _ => inputs
+            .sentinel_tls_material_hash
+            .as_deref()
+            .or(data_tls_hash),
     };
 
     // Each tier's StatefulSet, and whether its TLS material's fingerprint is still unknown.

@@ -135,7 +135,9 @@ fn pod_disruption_budget_advisories(
         found.push(Advisory::new(
             ConditionReason::PodDisruptionBudgetNotOwned,
             format!(
-                "PodDisruptionBudget {} is not controlled by this Valkey: it is left untouched and                  spec.podDisruptionBudget has no effect on the {} pods while it exists; delete or                  rename it to hand the name over",
+                "PodDisruptionBudget {} is not controlled by this Valkey: it is left untouched and \
+                 spec.podDisruptionBudget has no effect on the {} pods while it exists; delete or \
+                 rename it to hand the name over",
                 budget.name,
                 if budget.sentinel { "Sentinel" } else { "data" }
             ),

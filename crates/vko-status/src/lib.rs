@@ -120,8 +120,29 @@ pub struct TierMaterial {
     /// The fingerprint of the tier's Secret now (`None`: the Secret cannot be read or used, so the
     /// tier cannot be measured).
     pub current: Option<String>,
-    /// (pod, the fingerprint in its template; `None`: it carries none, created by an older operator).
+    /// (pod, its material as measured: the template's fingerprint on the Sentinel tier,
+    /// [`data_pod_tls_material`] on the data tier; `None`: not measured).
     pub pods: Vec<(String, Option<String>)>,
+}
+
+/// The data tier's material as `TLSMaterialStale` compares it (ADR 0038): the CA fingerprint
+/// the pod's template carries (a new CA rolls the pods) and the certificate its server serves
+/// (a new certificate under the same CA is reloaded in place by the sidecar).
+pub fn data_tls_material(trust: &str, certificate: &str) -> String {
+    format!("{trust}/{certificate}")
+}
+
+/// A data pod's [`data_tls_material`]: its template's fingerprint and the certificate its
+/// sidecar last saw served (`vko.gtrfc.com/tls-certificate`); `None` until both are known (a pod
+/// just started, or created by an older operator).
+pub fn data_pod_tls_material(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let trust = pod_tls_fingerprint(pod)?;
+    let served = pod
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(vko_api::consts::annotations::TLS_CERTIFICATE)?;
+    Some(data_tls_material(&trust, served))
 }
 
 /// The fingerprint a pod was created with: `VKO_TLS_MATERIAL_HASH` on whichever container carries
@@ -221,7 +242,8 @@ pub fn tls_material_condition(
             ConditionReason::TLSMaterialRollPending,
             format!(
                 "pods still run the TLS material from before the last certificate change ({}); \
-                 the rolling update replaces them",
+                 the data pods' sidecars reload a new certificate in place, a new CA and the \
+                 Sentinel tier's material roll the pods",
                 stale.join("; ")
             ),
         ));
@@ -232,8 +254,9 @@ pub fn tls_material_condition(
             false,
             ConditionReason::TLSMaterialUnmeasured,
             format!(
-                "pods carry no TLS fingerprint (created by an older operator; a certificate \
-                 change does not replace them until something else does): {}",
+                "pods carry no TLS fingerprint yet (a data pod's sidecar reports the \
+                 certificate it serves shortly after it starts; pods created by an older \
+                 operator carry none until something replaces them): {}",
                 unmeasured.join("; ")
             ),
         ));
@@ -1761,6 +1784,36 @@ mod tests {
             }))
             .unwrap();
             assert_eq!(pod_tls_fingerprint(&none), None);
+        }
+
+        #[test]
+        fn a_data_pods_material_is_its_templates_ca_and_the_certificate_it_serves() {
+            let pod = |annotations: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "a-0", "annotations": annotations},
+                    "spec": {"containers": [
+                        {"name": "sidecar", "env": [{"name": "VKO_TLS_MATERIAL_HASH", "value": "ca1"}]}
+                    ]}
+                }))
+                .unwrap()
+            };
+            let serving = pod(serde_json::json!({"vko.gtrfc.com/tls-certificate": "cert1"}));
+            assert_eq!(
+                data_pod_tls_material(&serving),
+                Some(data_tls_material("ca1", "cert1"))
+            );
+            // Reloaded in place: the template is unchanged, the material is current again.
+            let reloaded = pod(serde_json::json!({"vko.gtrfc.com/tls-certificate": "cert2"}));
+            assert_eq!(
+                data_pod_tls_material(&reloaded),
+                Some(data_tls_material("ca1", "cert2"))
+            );
+            assert_ne!(
+                data_tls_material("ca1", "cert2"),
+                data_tls_material("ca2", "cert2")
+            );
+            // Not reported yet: unmeasured, never "current".
+            assert_eq!(data_pod_tls_material(&pod(serde_json::json!({}))), None);
         }
 
         #[test]

@@ -90,7 +90,21 @@ pub fn serving_certificate_problems(
             }
         }
     }
-    let uncovered: Vec<&str> = host_names
+    let uncovered = names_not_covered(&leaf, host_names);
+    if let Some(first) = uncovered.first() {
+        problems.push(format!(
+            "tls.crt does not name {} of the {} pod host names (first: {first}); add them, e.g. as \
+             wildcard DNS names of the headless Services",
+            uncovered.len(),
+            host_names.len()
+        ));
+    }
+    problems
+}
+
+/// The entries of `host_names` the leaf certificate is not valid for.
+fn names_not_covered<'a>(leaf: &EndEntityCert<'_>, host_names: &'a [String]) -> Vec<&'a str> {
+    host_names
         .iter()
         .filter(|name| {
             ServerName::try_from(name.as_str())
@@ -102,16 +116,94 @@ pub fn serving_certificate_problems(
                 .is_err()
         })
         .map(String::as_str)
-        .collect();
-    if let Some(first) = uncovered.first() {
-        problems.push(format!(
-            "tls.crt does not name {} of the {} pod host names (first: {first}); add them, e.g. as \
-             wildcard DNS names of the headless Services",
-            uncovered.len(),
-            host_names.len()
-        ));
+        .collect()
+}
+
+/// The entries of `host_names` the first certificate of `cert_pem` does not name, or why it could
+/// not be read. For material an issuer wrote (cert-manager): chain and usages are the issuer's
+/// business, but a certificate re-issued for new names (the unified certificate) must not be
+/// mounted by the pods it does not name yet.
+pub fn host_names_not_covered(
+    cert_pem: &[u8],
+    host_names: &[String],
+) -> Result<Vec<String>, String> {
+    let leaf = CertificateDer::pem_slice_iter(cert_pem)
+        .next()
+        .ok_or_else(|| "tls.crt holds no PEM certificate".to_owned())?
+        .map_err(|error| format!("tls.crt is not valid PEM: {error}"))?;
+    let leaf = EndEntityCert::try_from(&leaf)
+        .map_err(|error| format!("tls.crt cannot be parsed: {error}"))?;
+    Ok(names_not_covered(&leaf, host_names)
+        .into_iter()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The SHA-256 (lower-case hex) of a certificate's DER: how a served certificate is compared
+/// with a Secret's (`vko.gtrfc.com/tls-certificate`, ADR 0038).
+pub fn der_fingerprint(der: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(der))
+}
+
+/// [`der_fingerprint`] of the first certificate in `cert_pem` (the leaf of `tls.crt`), or why it
+/// could not be read.
+pub fn leaf_fingerprint(cert_pem: &[u8]) -> Result<String, String> {
+    let leaf = CertificateDer::pem_slice_iter(cert_pem)
+        .next()
+        .ok_or_else(|| "tls.crt holds no PEM certificate".to_owned())?
+        .map_err(|error| format!("tls.crt is not valid PEM: {error}"))?;
+    Ok(der_fingerprint(&leaf))
+}
+
+/// What a data pod's sidecar does about the certificate its server serves (ADR 0038).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadPlan {
+    /// What the server serves is not known yet: a handshake first.
+    Measure,
+    /// The server serves the certificate in the files.
+    Current,
+    /// The files carry another `ca.crt` than the pod was created for. A server reloads its CA
+    /// with its certificate, and mid-roll its peers still present certificates of the old
+    /// chain: the operator rolls the pods instead (the data template carries the CA's
+    /// fingerprint).
+    AwaitRoll,
+    /// The files' certificate cannot serve this pod (the reasons); the server keeps serving
+    /// the one it has.
+    Refuse(String),
+    /// Same CA, another usable certificate: the server re-reads its files in place.
+    Reload,
+}
+
+/// [`ReloadPlan`] for a server that serves the certificate with fingerprint `served` (`None`: not
+/// measured yet) and whose Secret volume now holds `ca_pem` and `cert_pem`; `same_trust`: that
+/// `ca_pem` is the CA the pod was created for (its template's fingerprint), `host_name` the pod's
+/// own name, which the certificate must carry.
+pub fn reload_plan(
+    same_trust: bool,
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    host_name: &str,
+    served: Option<&str>,
+    now: UnixTime,
+) -> ReloadPlan {
+    let Some(served) = served else {
+        return ReloadPlan::Measure;
+    };
+    match leaf_fingerprint(cert_pem) {
+        Ok(on_disk) if on_disk == served => return ReloadPlan::Current,
+        Ok(_) => {}
+        Err(problem) => return ReloadPlan::Refuse(problem),
     }
-    problems
+    if !same_trust {
+        return ReloadPlan::AwaitRoll;
+    }
+    let problems = serving_certificate_problems(cert_pem, ca_pem, &[host_name.to_owned()], now);
+    if problems.is_empty() {
+        ReloadPlan::Reload
+    } else {
+        ReloadPlan::Refuse(problems.join("; "))
+    }
 }
 
 fn describe(error: &webpki::Error) -> String {
@@ -237,6 +329,32 @@ mod tests {
     }
 
     #[test]
+    fn issued_material_is_checked_for_its_names_only() {
+        let ca = ca("ca");
+        let data_only = leaf(&ca, &["*.v-headless.ns.svc.cluster.local"], Vec::new());
+        assert_eq!(
+            host_names_not_covered(data_only.as_bytes(), &hosts()),
+            Ok(vec![HOSTS[1].to_owned()])
+        );
+        // Another issuer's certificate, server-only: not this check's business.
+        let theirs = ca_other_leaf();
+        assert_eq!(
+            host_names_not_covered(theirs.as_bytes(), &hosts()),
+            Ok(Vec::new())
+        );
+        let error = host_names_not_covered(b"garbage", &hosts()).unwrap_err();
+        assert!(error.contains("no PEM certificate"), "{error}");
+    }
+
+    fn ca_other_leaf() -> String {
+        leaf(
+            &ca("theirs"),
+            &WILDCARDS,
+            vec![ExtendedKeyUsagePurpose::ServerAuth],
+        )
+    }
+
+    #[test]
     fn expiry_is_judged_at_the_given_time() {
         let ca = ca("ca");
         let cert = leaf(&ca, &WILDCARDS, Vec::new());
@@ -256,5 +374,75 @@ mod tests {
         assert_eq!(problems("", ""), ["ca.crt holds no PEM certificate"]);
         let broken = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
         assert_eq!(problems(broken, &ca.pem).len(), 1);
+    }
+
+    #[test]
+    fn a_sidecar_reloads_only_a_usable_certificate_under_the_ca_it_started_with() {
+        let ca_one = ca("one");
+        let ca_two = ca("two");
+        let host = HOSTS[0];
+        let old = leaf(&ca_one, &WILDCARDS, Vec::new());
+        let new = leaf(&ca_one, &WILDCARDS, Vec::new());
+        let served = leaf_fingerprint(old.as_bytes()).unwrap();
+        let plan = |ca: &str, cert: &str, served: Option<&str>| {
+            reload_plan(
+                ca == ca_one.pem,
+                ca.as_bytes(),
+                cert.as_bytes(),
+                host,
+                served,
+                UnixTime::now(),
+            )
+        };
+        assert_eq!(plan(&ca_one.pem, &new, None), ReloadPlan::Measure);
+        assert_eq!(plan(&ca_one.pem, &old, Some(&served)), ReloadPlan::Current);
+        assert_eq!(plan(&ca_one.pem, &new, Some(&served)), ReloadPlan::Reload);
+        // A new CA in the files: the operator rolls the pod, even for a certificate it issued.
+        let from_two = leaf(&ca_two, &WILDCARDS, Vec::new());
+        assert_eq!(
+            plan(&ca_two.pem, &from_two, Some(&served)),
+            ReloadPlan::AwaitRoll
+        );
+        // Whatever ca.crt says, the served certificate is the measure: nothing to do.
+        assert_eq!(plan(&ca_two.pem, &old, Some(&served)), ReloadPlan::Current);
+        // Not from the CA the server trusts, not naming the pod, not for clients, not PEM.
+        for (cert, says) in [
+            (from_two.clone(), "not issued by ca.crt"),
+            (
+                leaf(&ca_one, &["other.example"], Vec::new()),
+                "does not name 1 of the 1",
+            ),
+            (
+                leaf(
+                    &ca_one,
+                    &WILDCARDS,
+                    vec![ExtendedKeyUsagePurpose::ServerAuth],
+                ),
+                "clientAuth",
+            ),
+            ("garbage".to_owned(), "no PEM certificate"),
+        ] {
+            match plan(&ca_one.pem, &cert, Some(&served)) {
+                ReloadPlan::Refuse(problem) => assert!(problem.contains(says), "{problem}"),
+                other => panic!("{says}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_leafs_der_digest() {
+        let ca = ca("ca");
+        let cert = leaf(&ca, &WILDCARDS, Vec::new());
+        let der = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        let fingerprint = leaf_fingerprint(cert.as_bytes()).unwrap();
+        assert_eq!(fingerprint, der_fingerprint(&der));
+        assert_eq!(fingerprint.len(), 64);
+        // The CA appended to tls.crt (a chain) does not change it.
+        let chain = format!("{cert}{}", ca.pem);
+        assert_eq!(leaf_fingerprint(chain.as_bytes()).unwrap(), fingerprint);
+        assert!(leaf_fingerprint(b"").is_err());
     }
 }

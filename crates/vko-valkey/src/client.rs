@@ -127,7 +127,7 @@ pub fn install_default_crypto_provider() {
     }
 }
 
-fn crypto_provider() -> Arc<CryptoProvider> {
+pub(crate) fn crypto_provider() -> Arc<CryptoProvider> {
     install_default_crypto_provider();
     CryptoProvider::get_default()
         .cloned()
@@ -658,6 +658,36 @@ impl ValkeyClient {
     pub async fn config_set(&self, parameter: &str, value: &str) -> Result<()> {
         self.conn
             .call_ok(["CONFIG", "SET", parameter, value], "CONFIG SET")
+            .await
+    }
+
+    /// Re-reads the server's TLS files in place: `CONFIG SET tls-cert-file <cert> tls-key-file
+    /// <key>` in one call, with the paths it already has. valkey-server applies these settings
+    /// even when the value is unchanged (they name files), builds a new TLS context from the
+    /// certificate, key and CA files, and keeps the old context when that fails (a key that does
+    /// not match the certificate): the error says why. Connections already open keep theirs.
+    pub async fn reload_tls_files(&self) -> Result<()> {
+        let files = self.config_get("tls-*-file").await?;
+        let path = |name: &str| {
+            files
+                .get(name)
+                .filter(|path| !path.is_empty())
+                .cloned()
+                .ok_or_else(|| Error::parse("CONFIG GET tls-*-file", format!("no {name}")))
+        };
+        let (cert, key) = (path("tls-cert-file")?, path("tls-key-file")?);
+        self.conn
+            .call_ok(
+                [
+                    "CONFIG",
+                    "SET",
+                    "tls-cert-file",
+                    cert.as_str(),
+                    "tls-key-file",
+                    key.as_str(),
+                ],
+                "CONFIG SET tls-cert-file tls-key-file",
+            )
             .await
     }
 

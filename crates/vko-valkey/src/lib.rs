@@ -7,6 +7,7 @@
 //! * [`dial`]: [`Dialer`], the one way operator, sidecar and observer reach a server (passwords,
 //!   TLS material, timeouts, an announced-name → address hook).
 //! * [`certificate`]: whether user-provided TLS material can serve a cluster (pure).
+//! * [`served`]: which certificate a TLS port serves (one verified handshake).
 //! * [`switchover`]: the planned, lossless hand-over of the master role (sidecar and operator).
 //! * [`Error`]: one error enum with a stable [`Error::reason`].
 
@@ -16,6 +17,7 @@ pub mod dial;
 mod error;
 pub mod parse;
 mod reply;
+pub mod served;
 pub mod switchover;
 
 pub use client::{

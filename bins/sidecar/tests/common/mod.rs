@@ -138,6 +138,8 @@ pub struct FakePods {
     pub terminating: AtomicBool,
     /// Every `vko.gtrfc.com/fenced` patch: pod, value (`None`: removed).
     pub fenced: Mutex<Vec<(String, Option<String>)>>,
+    /// Every `vko.gtrfc.com/tls-certificate` patch: pod, fingerprint.
+    pub tls_certificates: Mutex<Vec<(String, String)>>,
 }
 
 impl FakePods {
@@ -179,6 +181,19 @@ impl PodApi for FakePods {
                 .lock()
                 .unwrap()
                 .push((pod.to_owned(), value.map(str::to_owned)));
+            Ok(())
+        })
+    }
+    fn set_tls_certificate_annotation<'a>(
+        &'a self,
+        pod: &'a str,
+        fingerprint: &'a str,
+    ) -> BoxFuture<'a, SidecarResult<()>> {
+        Box::pin(async move {
+            self.tls_certificates
+                .lock()
+                .unwrap()
+                .push((pod.to_owned(), fingerprint.to_owned()));
             Ok(())
         })
     }
