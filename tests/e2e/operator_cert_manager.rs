@@ -70,9 +70,8 @@ async fn issued_certificate(
         .with_context(|| format!("{secret} has no tls.crt"))
 }
 
-/// Makes cert-manager re-issue `certificate` now, as `cmctl renew` does: an `Issuing=True`
-/// condition with reason `ManuallyTriggered` added to its status.
-async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Result<()> {
+/// cert-manager's Certificates in `ns`.
+fn certificates(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let resource = ApiResource {
         group: "cert-manager.io".into(),
         version: "v1".into(),
@@ -80,7 +79,13 @@ async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Re
         kind: "Certificate".into(),
         plural: "certificates".into(),
     };
-    let certificates: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Makes cert-manager re-issue `certificate` now, as `cmctl renew` does: an `Issuing=True`
+/// condition with reason `ManuallyTriggered` added to its status.
+async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Result<()> {
+    let certificates = certificates(client, ns);
     let current = certificates.get_status(certificate).await?;
     let mut conditions = current.data["status"]["conditions"]
         .as_array()
@@ -263,14 +268,7 @@ async fn unified_certificate_migration(
                 && !secrets.contains(&format!("{NAME}-sentinel-tls"))),
         "Sentinel mounts after the migration: {mounts:?}"
     );
-    let resource = ApiResource {
-        group: "cert-manager.io".into(),
-        version: "v1".into(),
-        api_version: "cert-manager.io/v1".into(),
-        kind: "Certificate".into(),
-        plural: "certificates".into(),
-    };
-    let certificates: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let certificates = certificates(client, ns);
     eventually(
         Duration::from_secs(60),
         "the Sentinel Certificate deleted",
@@ -312,9 +310,17 @@ async fn tls_through_rw(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow:
         .and_then(|spec| spec.cluster_ip)
         .with_context(|| format!("{service} has no ClusterIP"))?;
     let server_name = dial.names.service_fqdn(&service);
-    let valkey = ValkeyClient::connect(&dial.options(&ip, TLS_PORT, server_name.clone()))
-        .await
-        .with_context(|| format!("TLS to {service} ({ip}) as {server_name}"))?;
+    // Eventually: kube-proxy programs the Service's rules on its own schedule after the
+    // EndpointSlice changes (the full suite once saw `connection refused` right after PHASE OK,
+    // kube-proxy's REJECT for a Service it still knew without endpoints).
+    let valkey = eventually(
+        Duration::from_secs(30),
+        &format!("TLS to {service} ({ip}) as {server_name}"),
+        || async {
+            Ok(ValkeyClient::connect(&dial.options(&ip, TLS_PORT, server_name.clone())).await?)
+        },
+    )
+    .await?;
     valkey.set("through-rw", b"issued by cert-manager").await?;
     let value = valkey.command(["GET", "through-rw"]).await?;
     ensure!(

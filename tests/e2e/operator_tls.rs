@@ -792,6 +792,27 @@ pub(crate) async fn no_acknowledged_write_lost(
     Ok(())
 }
 
+/// The cluster is done with a certificate change: `TLSMaterialStale=False/TLSMaterialCurrent`,
+/// OK with 3 data pods, no rolling update.
+fn settled_on_current_material(valkey: &Valkey) -> anyhow::Result<()> {
+    let stale = tls_material_stale(valkey);
+    ensure!(
+        stale
+            .as_ref()
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "TLSMaterialCurrent"),
+        "{stale:?}"
+    );
+    ensure!(ok_with(3)(valkey), "status {:?}", valkey.status);
+    ensure!(
+        valkey
+            .status
+            .as_ref()
+            .is_some_and(|status| status.rolling_update.is_none()),
+        "still rolling"
+    );
+    Ok(())
+}
+
 /// `TLSMaterialStale` as (status, reason, message).
 fn tls_material_stale(valkey: &Valkey) -> Option<(String, String, String)> {
     condition(valkey, "TLSMaterialStale")
@@ -868,21 +889,7 @@ pub(crate) async fn certificate_change_rolls_every_pod(
         &format!("every pod replaced and TLSMaterialStale=False/TLSMaterialCurrent after {what}"),
         || async {
             let valkey = valkeys.get(NAME).await?;
-            let stale = tls_material_stale(&valkey);
-            ensure!(
-                stale.as_ref().is_some_and(
-                    |(status, reason, _)| status == "False" && reason == "TLSMaterialCurrent"
-                ),
-                "{stale:?}"
-            );
-            ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
-            ensure!(
-                valkey
-                    .status
-                    .as_ref()
-                    .is_some_and(|status| status.rolling_update.is_none()),
-                "still rolling"
-            );
+            settled_on_current_material(&valkey)?;
             let after = pod_uids(client, ns).await?;
             ensure!(after.len() == 6, "{after:?}");
             let kept: Vec<&(String, String)> =
@@ -1019,21 +1026,7 @@ pub(crate) async fn certificate_change_reloads_the_data_pods(
                 ensure!(served == sentinel, "{pod} serves {served}, not {sentinel}");
             }
             let valkey = valkeys.get(NAME).await?;
-            let stale = tls_material_stale(&valkey);
-            ensure!(
-                stale.as_ref().is_some_and(
-                    |(status, reason, _)| status == "False" && reason == "TLSMaterialCurrent"
-                ),
-                "{stale:?}"
-            );
-            ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
-            ensure!(
-                valkey
-                    .status
-                    .as_ref()
-                    .is_some_and(|status| status.rolling_update.is_none()),
-                "still rolling"
-            );
+            settled_on_current_material(&valkey)?;
             anyhow::Ok(())
         }
         .await;
