@@ -5,6 +5,16 @@
 //! 1. `helm install` → the operator pod becomes Ready (it holds the leader Lease: Ready means
 //!    leading and listed) → a standalone Valkey reaches PHASE OK, and its Events name that pod as
 //!    their reporting instance (it was this operator, not a host-process one, that reconciled).
+//!    Prometheus scrapes it (1c): with the chart's ServiceMonitor and PrometheusRule (the
+//!    Prometheus-Operator v0.85 CRDs installed, so the API server checks them against the real
+//!    schema) and a Valkey `scraped` with the exporter, the observer and a ServiceMonitor, Debian's
+//!    Prometheus 2.42 runs on the host with the scrape jobs generated from those ServiceMonitors
+//!    (`vko_testbed::prometheus`: what the Prometheus-Operator would generate; the
+//!    Prometheus-Operator itself does not run here) and the rule as its rule file. Every target
+//!    (the operator pod, both exporters, the observer) is up, the documented series are there with
+//!    the documented labels — the `vko_valkey_*` series keep the Valkey's own `namespace`
+//!    (`honorLabels`) —, every rule evaluates without error and no alert is pending or firing
+//!    for the healthy clusters.
 //! 2. `helm upgrade` runs the pre-upgrade migrate hook. Beforehand the Valkey's stored form is made
 //!    to lack its defaulted spec fields by writing etcd directly — exactly what an object written
 //!    under an older CRD without those defaults looks like in storage (the API server fills defaults
@@ -31,6 +41,7 @@
 
 use vko_e2e::{helm_support, operator_support};
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -45,10 +56,12 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
 use operator_support::{SOLO_VALKEY, install_crd, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
+use vko_testbed::prometheus::{self, Prometheus};
 
 const RELEASE: &str = "vko-helm";
 /// The chart's objects for RELEASE (its full name).
@@ -58,6 +71,382 @@ const LEASE_NAMESPACE: &str = "default";
 const LEASE_NAME: &str = "valkey-operator.vko.gtrfc.com";
 /// An earlier test's operator may hold the Lease until it expires or that test ends.
 const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(1200);
+
+/// The chart's monitoring objects, for step 1c (a short interval: the test waits for scrapes).
+const MONITORING_VALUES: [&str; 3] = [
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.serviceMonitor.interval=5s",
+    "metrics.prometheusRule.enabled=true",
+];
+
+/// The Valkey Prometheus scrapes in step 1c: two data pods with the exporter, and the observer.
+const SCRAPED_VALKEY: &str = "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {name: scraped}\n\
+     spec:\n  replicas: 2\n  image: valkey/valkey:8.0\n  observer: {enabled: true}\n\
+     \x20 metrics: {enabled: true, serviceMonitor: {enabled: true, interval: 5s}}\n";
+
+/// Label names of a query's result series.
+fn label_names(series: &serde_json::Value) -> BTreeSet<String> {
+    series["metric"]
+        .as_object()
+        .map(|labels| labels.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn value_of(series: &serde_json::Value) -> f64 {
+    series["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Step 1c (see the module documentation).
+async fn prometheus_scrapes_every_target(
+    client: &kube::Client,
+    rel: &str,
+    ns: &str,
+    operator_pod: &str,
+) -> anyhow::Result<()> {
+    apply_yaml(client, ns, SCRAPED_VALKEY).await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(
+        &valkeys,
+        "scraped",
+        "phase OK with 2 ready replicas",
+        Duration::from_secs(240),
+        ok_with(2),
+    )
+    .await?;
+    let kind = |group: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+    };
+    let monitor_kind = kind("monitoring.coreos.com", "ServiceMonitor", "servicemonitors");
+    let mut monitors = Vec::new();
+    for namespace in [rel, ns] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &monitor_kind);
+        // The observer's ServiceMonitor follows its Deployment: wait for all three.
+        let wanted = if namespace == rel { 1 } else { 2 };
+        let listed = wait_until(
+            &format!("{wanted} ServiceMonitor(s) in {namespace}"),
+            Duration::from_secs(60),
+            || {
+                let api = api.clone();
+                async move {
+                    let items = api.list(&ListParams::default()).await?.items;
+                    Ok((items.len() == wanted).then_some(items))
+                }
+            },
+        )
+        .await?;
+        for monitor in listed {
+            monitors.push(serde_json::to_value(monitor)?);
+        }
+    }
+    let names: BTreeSet<String> = monitors
+        .iter()
+        .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let metrics_service = format!("{FULLNAME}-metrics");
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            FULLNAME.to_owned(),
+            "scraped-metrics".to_owned(),
+            "scraped-observer".to_owned()
+        ])
+    );
+    let rule_kind = kind("monitoring.coreos.com", "PrometheusRule", "prometheusrules");
+    let rules: Api<DynamicObject> = Api::namespaced_with(client.clone(), rel, &rule_kind);
+    let rule = serde_json::to_value(rules.get(FULLNAME).await?)?;
+    // Every scraped Service's EndpointSlice filled in: the operator pod, two data pods (their
+    // exporter Ready), the observer (published while not ready).
+    let metrics_service_name = format!("{FULLNAME}-metrics");
+    let wanted = [
+        (metrics_service_name.as_str(), "metrics", 1),
+        ("scraped-metrics", "metrics", 2),
+        ("scraped-observer", "health", 1),
+    ];
+    let targets = wait_until(
+        "every scraped Service's endpoints",
+        Duration::from_secs(60),
+        || async {
+            let groups = prometheus::discover(client, &[rel, ns]).await?;
+            let count = |service: &str, port: &str| {
+                groups
+                    .iter()
+                    .filter(|g| {
+                        g["labels"]["__meta_kubernetes_service_name"] == service
+                            && g["labels"]["__meta_kubernetes_endpointslice_port_name"] == port
+                    })
+                    .count()
+            };
+            let complete = wanted
+                .iter()
+                .all(|(service, port, n)| count(service, port) == *n);
+            Ok(complete.then_some(groups))
+        },
+    )
+    .await?;
+    let started = Instant::now();
+    let prometheus = Prometheus::start(&monitors, &targets, &[rule["spec"].clone()]).await?;
+    let outcome =
+        scraped_series_and_rules(&prometheus, &metrics_service, rel, ns, operator_pod).await;
+    if outcome.is_err() {
+        println!("Prometheus log:\n{}", prometheus.log());
+    }
+    prometheus.stop().await;
+    outcome?;
+    println!(
+        "Prometheus: every target up, the documented series present and every rule evaluated \
+         {:.1} s after it started",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What step 1c checks once Prometheus runs.
+async fn scraped_series_and_rules(
+    prometheus: &Prometheus,
+    metrics_service: &str,
+    rel: &str,
+    ns: &str,
+    operator_pod: &str,
+) -> anyhow::Result<()> {
+    // Every target up: the operator pod, both exporters, the observer.
+    let expected = BTreeSet::from([
+        (
+            metrics_service.to_owned(),
+            rel.to_owned(),
+            operator_pod.to_owned(),
+        ),
+        (
+            "scraped-metrics".to_owned(),
+            ns.to_owned(),
+            "scraped-0".to_owned(),
+        ),
+        (
+            "scraped-metrics".to_owned(),
+            ns.to_owned(),
+            "scraped-1".to_owned(),
+        ),
+        ("scraped-observer".to_owned(), ns.to_owned(), String::new()),
+    ]);
+    let waited = wait_until("every target up", Duration::from_secs(90), || async {
+        let targets = prometheus.active_targets().await?;
+        let up: BTreeSet<(String, String, String)> = targets
+            .iter()
+            .filter(|t| t["health"] == "up")
+            .map(|t| {
+                let label = |name: &str| t["labels"][name].as_str().unwrap_or_default().to_owned();
+                let pod = label("pod");
+                // The observer's pod name is generated.
+                let pod = if label("job") == "scraped-observer" {
+                    String::new()
+                } else {
+                    pod
+                };
+                (label("job"), label("namespace"), pod)
+            })
+            .collect();
+        Ok((up == expected && targets.len() == expected.len()).then_some(targets))
+    })
+    .await;
+    let targets = match waited {
+        Ok(targets) => targets,
+        Err(error) => bail!("{error}; targets: {:#?}", prometheus.active_targets().await),
+    };
+    for target in &targets {
+        println!(
+            "target {} {} up ({})",
+            target["labels"]["job"], target["scrapeUrl"], target["labels"]["endpoint"]
+        );
+    }
+
+    // The documented series with their documented labels (README, "Metrics").
+    let valkey = format!("namespace=\"{ns}\",name=\"scraped\"");
+    let operator_series: [(String, &[&str], Option<f64>); 8] = [
+        (
+            format!("vko_valkey_status_phase{{{valkey},phase=\"OK\"}}"),
+            &["namespace", "name", "phase"],
+            Some(1.0),
+        ),
+        (
+            format!("vko_valkey_status_condition{{{valkey},condition=\"Ready\",status=\"True\"}}"),
+            &["namespace", "name", "condition", "status", "reason"],
+            Some(1.0),
+        ),
+        (
+            format!("vko_valkey_status_ready_replicas{{{valkey}}}"),
+            &["namespace", "name"],
+            Some(2.0),
+        ),
+        (
+            format!("vko_valkey_spec_replicas{{{valkey}}}"),
+            &["namespace", "name"],
+            Some(2.0),
+        ),
+        (
+            format!("vko_valkey_metadata_generation{{{valkey}}}"),
+            &["namespace", "name"],
+            None,
+        ),
+        (
+            format!("vko_valkey_status_observed_generation{{{valkey}}}"),
+            &["namespace", "name"],
+            None,
+        ),
+        (
+            format!("vko_valkey_operator_version_info{{{valkey}}}"),
+            &["namespace", "name", "version"],
+            Some(1.0),
+        ),
+        (
+            format!("vko_operator_build_info{{pod=\"{operator_pod}\"}}"),
+            &["version", "commit"],
+            Some(1.0),
+        ),
+    ];
+    for (expr, labels, value) in operator_series {
+        let series = wait_for_series(prometheus, &expr, 1).await?;
+        let names = label_names(&series[0]);
+        for label in labels {
+            anyhow::ensure!(
+                names.contains(*label),
+                "{expr}: no label {label}: {names:?}"
+            );
+        }
+        anyhow::ensure!(
+            !names.contains("exported_namespace"),
+            "{expr} was relabelled: {names:?}"
+        );
+        if let Some(value) = value {
+            anyhow::ensure!(value_of(&series[0]) == value, "{expr}: {:?}", series[0]);
+        }
+    }
+    let generations = wait_for_series(
+        prometheus,
+        &format!(
+            "vko_valkey_metadata_generation{{{valkey}}} - \
+             vko_valkey_status_observed_generation{{{valkey}}}"
+        ),
+        1,
+    )
+    .await?;
+    anyhow::ensure!(value_of(&generations[0]) == 0.0, "{generations:?}");
+    let collector = wait_for_series(
+        prometheus,
+        &format!("vko_valkey_collector_success{{job=\"{metrics_service}\"}}"),
+        1,
+    )
+    .await?;
+    anyhow::ensure!(value_of(&collector[0]) == 1.0, "{collector:?}");
+
+    // Every exporter: up, and one master and one replica.
+    wait_for_series(prometheus, "redis_up{job=\"scraped-metrics\"} == 1", 2).await?;
+    let roles: BTreeSet<String> = wait_for_series(
+        prometheus,
+        "redis_instance_info{job=\"scraped-metrics\"}",
+        2,
+    )
+    .await?
+    .iter()
+    .filter_map(|s| s["metric"]["role"].as_str().map(str::to_owned))
+    .collect();
+    anyhow::ensure!(
+        roles == BTreeSet::from(["master".to_owned(), "slave".to_owned()]),
+        "roles {roles:?}"
+    );
+
+    // The observer: ready, its ten checks, its loop, its build.
+    let observer = "job=\"scraped-observer\"";
+    wait_for_series(
+        prometheus,
+        &format!("vko_observer_ready{{{observer}}} == 1"),
+        1,
+    )
+    .await?;
+    for (name, count) in [
+        ("vko_observer_check_ok", 10),
+        ("vko_observer_check_failures_total", 10),
+        ("vko_observer_rounds_total", 1),
+        ("vko_observer_round_duration_seconds_count", 1),
+        ("vko_observer_last_round_timestamp_seconds", 1),
+        ("vko_observer_build_info", 1),
+    ] {
+        let series = wait_for_series(prometheus, &format!("{name}{{{observer}}}"), count).await?;
+        let label = match name {
+            "vko_observer_check_ok" | "vko_observer_check_failures_total" => Some("check"),
+            "vko_observer_build_info" => Some("version"),
+            _ => None,
+        };
+        if let Some(label) = label {
+            anyhow::ensure!(
+                series.iter().all(|s| label_names(s).contains(label)),
+                "{name}: no {label} label: {series:?}"
+            );
+        }
+    }
+
+    // Every rule of the chart evaluated without error, and nothing alerts about these clusters.
+    let groups = wait_until("every rule evaluated", Duration::from_secs(60), || async {
+        let groups = prometheus.rule_groups().await?;
+        let rules: Vec<&serde_json::Value> = groups
+            .iter()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .collect();
+        let evaluated = !rules.is_empty()
+            && rules.iter().all(|r| {
+                r["lastEvaluation"]
+                    .as_str()
+                    .is_some_and(|t| !t.starts_with("0001"))
+            });
+        Ok(evaluated.then_some(groups))
+    })
+    .await?;
+    let mut count = 0;
+    for rule in groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+    {
+        count += 1;
+        anyhow::ensure!(
+            rule["health"] == "ok",
+            "rule {} does not evaluate: {}",
+            rule["name"],
+            rule["lastError"]
+        );
+    }
+    let active = prometheus.query("ALERTS").await?;
+    let ours: Vec<&serde_json::Value> = active
+        .iter()
+        .filter(|alert| {
+            alert["metric"]["namespace"]
+                .as_str()
+                .is_none_or(|namespace| namespace == ns || namespace == rel)
+        })
+        .collect();
+    anyhow::ensure!(ours.is_empty(), "alerts about healthy clusters: {ours:?}");
+    println!("{count} rules evaluated without error, no alert for {ns} and {rel}");
+    Ok(())
+}
+
+/// Waits until `expr` returns at least `count` series; returns them.
+async fn wait_for_series(
+    prometheus: &Prometheus,
+    expr: &str,
+    count: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let found = wait_until(
+        &format!("{count} series of {expr}"),
+        Duration::from_secs(60),
+        || async {
+            let series = prometheus.query(expr).await?;
+            Ok((series.len() >= count).then_some(series))
+        },
+    )
+    .await?;
+    Ok(found)
+}
 
 fn base_values() -> Vec<&'static str> {
     vec![
@@ -223,8 +612,10 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     let chart = chart.to_str().unwrap();
 
     // ---- 1. install: the in-cluster operator reconciles a Valkey to OK ----
+    // The chart's ServiceMonitor and PrometheusRule need their CRDs (step 1c).
+    prometheus::install_crds(&client).await.unwrap();
     let mut install = vec!["install", RELEASE, chart, "--namespace", &rel];
-    let values = set_args(&base_values());
+    let values = set_args(&[base_values(), MONITORING_VALUES.to_vec()].concat());
     install.extend(values.iter().map(String::as_str));
     // A run killed before its guard could uninstall leaves cluster-scoped objects behind (its
     // namespace is gone); they would block this install.
@@ -302,6 +693,11 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     operator_is_admitted_by_the_network_policy(&client, &ns, &rel, &operator_pod)
         .await
         .unwrap();
+
+    // ---- 1c. Prometheus scrapes the operator, the exporters and the observer ----
+    if let Err(error) = prometheus_scrapes_every_target(&client, &rel, &ns, &operator_pod).await {
+        panic!("{error:#}\noperator log:\n{}", operator_logs(&rel).await);
+    }
 
     // ---- 2. upgrade: the pre-upgrade hook stores the defaults a stored object lacks ----
     // Control first: the same upgrade without the hook leaves them missing (so what stores them
@@ -444,4 +840,5 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
 
     data_ns.cleanup().await.unwrap();
     release_ns.cleanup().await.unwrap();
+    prometheus::uninstall_crds(&client).await.unwrap();
 }

@@ -12,8 +12,9 @@
 //!
 //! The operator runs with the chart's RBAC only (`operator_support`), so this also proves the chart
 //! grants what these paths need, and it is what puts those writes into the audit log for
-//! `rbac_least_privilege`. The Prometheus-Operator is not installed, only a stand-in CRD of its
-//! ServiceMonitor (the operator only writes those objects; nothing acts on them here).
+//! `rbac_least_privilege`. The Prometheus-Operator does not run, only its v0.85 CRDs are installed
+//! (the API server checks our ServiceMonitors against the real schema; nothing acts on them here:
+//! `helm_lifecycle` has a Prometheus scrape them).
 
 use vko_e2e::operator_support;
 
@@ -24,20 +25,19 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::serde::de::DeserializeOwned;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use operator_support::{condition, ok_with, operator, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::cert_manager;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, install_crd, wait_until};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, wait_until};
+use vko_testbed::prometheus;
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The unwatched kinds: cert-manager's Certificate (the testbed's real CRD) and the
-/// Prometheus-Operator's ServiceMonitor (a stand-in CRD: the right group, version, kind and
-/// scope, any content).
+/// Prometheus-Operator's ServiceMonitor (its v0.85 CRD).
 const FOREIGN_KINDS: [(&str, &str, &str, &str); 2] = [
     ("cert-manager.io", "v1", "Certificate", "certificates"),
     (
@@ -49,26 +49,6 @@ const FOREIGN_KINDS: [(&str, &str, &str, &str); 2] = [
 ];
 const CERTIFICATE: usize = 0;
 const SERVICE_MONITOR: usize = 1;
-
-fn stand_in_crd(group: &str, version: &str, kind: &str, plural: &str) -> String {
-    format!(
-        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
-         metadata: {{name: {plural}.{group}}}\n\
-         spec:\n  group: {group}\n  scope: Namespaced\n\
-         \x20 names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n\
-         \x20 versions:\n  - name: {version}\n    served: true\n    storage: true\n\
-         \x20   schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n",
-        singular = kind.to_lowercase()
-    )
-}
-
-async fn install_service_monitor_crd(client: &kube::Client) -> anyhow::Result<()> {
-    let (group, version, kind, plural) = FOREIGN_KINDS[SERVICE_MONITOR];
-    let crd: CustomResourceDefinition =
-        serde_norway::from_str(&stand_in_crd(group, version, kind, plural))?;
-    install_crd(client, &crd).await?;
-    Ok(())
-}
 
 /// Names of the `K`s in the namespace (minus what Kubernetes puts into every namespace).
 async fn names<K>(client: &kube::Client, namespace: &str) -> Result<BTreeSet<String>, kube::Error>
@@ -269,14 +249,14 @@ async fn cert_manager_leaves_and_comes_back(testbed: &Testbed, ns: &str) -> anyh
     Ok(())
 }
 
-/// Exclusive (`cargo xtask test` runs it alone): it uninstalls cert-manager, and the stand-in
-/// ServiceMonitor CRD comes and goes, under every other test's operator.
+/// Exclusive (`cargo xtask test` runs it alone): it uninstalls cert-manager, and the
+/// Prometheus-Operator's CRDs come and go, under every other test's operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_off() {
     let testbed = Testbed::from_env().await.unwrap();
     let client = testbed.client();
     operator_support::install_crd(&client).await.unwrap();
-    install_service_monitor_crd(&client).await.unwrap();
+    prometheus::install_crds(&client).await.unwrap();
     let _operator = operator().await.unwrap();
     let namespace = TestNamespace::create(&client, "op-optional").await.unwrap();
     let ns = namespace.name().to_owned();
@@ -308,8 +288,8 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
         &client,
         &ns,
         SERVICE_MONITOR,
-        "opt's ServiceMonitor",
-        |names| !names.is_empty(),
+        "opt's ServiceMonitors (the exporters' and the observer's)",
+        |names| names.len() == 2,
     )
     .await
     .unwrap();
@@ -409,10 +389,6 @@ async fn exclusive_optional_objects_come_with_their_settings_and_go_when_turned_
     .unwrap();
 
     namespace.cleanup().await.unwrap();
-    // Leave no stand-in CRD for later tests (cert-manager's own stays installed).
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let (group, _, _, plural) = FOREIGN_KINDS[SERVICE_MONITOR];
-    let _ = crds
-        .delete(&format!("{plural}.{group}"), &DeleteParams::background())
-        .await;
+    // Leave no Prometheus-Operator CRD for later tests (cert-manager's own stays installed).
+    prometheus::uninstall_crds(&client).await.unwrap();
 }

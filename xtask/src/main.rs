@@ -14,6 +14,7 @@ mod gen_crd;
 mod go_cache;
 mod helm;
 mod image;
+mod prometheus_operator;
 mod test;
 mod testbed;
 mod valkey;
@@ -40,6 +41,9 @@ enum Command {
     /// Build cert-manager (controller, webhook, cainjector) and assemble its Helm chart from its Go
     /// module into ~/.cache/vko; the testbed installs it.
     CertManager(cert_manager::Args),
+    /// Fetch the Prometheus-Operator's ServiceMonitor and PrometheusRule CRDs from its Go module into
+    /// ~/.cache/vko; the tests install them.
+    PrometheusOperator(prometheus_operator::Args),
     /// The chart's alert rules: `promtool check rules` and `promtool test rules` (xtask/alerts/).
     Alerts(alerts::Args),
     /// Build the Valkey releases the testbed maps besides the host's (8.1.1, 9.1.2) from Debian's
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
         Command::CertManager(args) => cert_manager::run(args),
+        Command::PrometheusOperator(args) => prometheus_operator::run(args),
         Command::Alerts(args) => alerts::run(args),
         Command::Valkey(args) => valkey::run(args),
         Command::Image(args) => image::run(args),

@@ -151,6 +151,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && steps.run("build cert-manager", || {
             crate::cert_manager::build().map(|_| ())
         })
+        && steps.run("fetch the Prometheus-Operator CRDs", || {
+            crate::prometheus_operator::build().map(|_| ())
+        })
         && steps.run("build valkey 8.1.1 and 9.1.2", || {
             crate::valkey::build_all().map(|_| ())
         })

@@ -258,6 +258,13 @@ impl ValkeySpec {
                 .is_some_and(|sm| flag(sm.enabled))
     }
 
+    /// The observer's metrics are scraped too: the observer and a ServiceMonitor both on. Then the
+    /// `<name>-observer` Service and ServiceMonitor are rendered (a ServiceMonitor selects
+    /// Services, and the observer has no other).
+    pub fn observer_service_monitor_enabled(&self) -> bool {
+        self.observer_enabled() && self.service_monitor_enabled()
+    }
+
     /// The `<name>-metrics` Service is wanted: metrics on, and the Service not switched off,
     /// or a ServiceMonitor (which needs it) enabled.
     pub fn metrics_service_enabled(&self) -> bool {

@@ -378,8 +378,9 @@ pub struct MetricsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<MetricsServiceSpec>,
 
-    /// A Prometheus-Operator ServiceMonitor for the metrics Service. Skipped (not an error) when
-    /// the monitoring.coreos.com CRDs are not installed.
+    /// A Prometheus-Operator ServiceMonitor for the metrics Service (and, with the observer, one
+    /// for the observer's Service). Skipped (not an error) when the monitoring.coreos.com CRDs
+    /// are not installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_monitor: Option<ServiceMonitorSpec>,
 }
@@ -402,7 +403,9 @@ pub struct MetricsServiceSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceMonitorSpec {
-    /// Create a ServiceMonitor that selects the metrics Service. Default false.
+    /// Create a ServiceMonitor `<name>-metrics` that selects the metrics Service; with
+    /// `observer.enabled`, also the headless Service and ServiceMonitor `<name>-observer` (its
+    /// /metrics on 8084). Needs `metrics.enabled`. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = false))]
     pub enabled: Option<bool>,

@@ -277,8 +277,8 @@ pub struct Rendered {
     pub network_policies: Vec<NetworkPolicy>,
     /// The observer, when enabled.
     pub observer: Option<ObserverObjects>,
-    /// The Prometheus-Operator `ServiceMonitor` (JSON).
-    pub service_monitor: Option<Value>,
+    /// The Prometheus-Operator `ServiceMonitor`s (JSON): the exporters', then the observer's.
+    pub service_monitors: Vec<Value>,
     /// Hashes written into the pod templates.
     pub hashes: Hashes,
     /// Wanted objects that were not rendered, and why.
@@ -288,7 +288,7 @@ pub struct Rendered {
 impl Rendered {
     /// Every object as JSON with `apiVersion` and `kind`, in apply order: RBAC, ConfigMaps,
     /// Services, Certificates, StatefulSets, PodDisruptionBudgets, NetworkPolicies, observer,
-    /// ServiceMonitor.
+    /// ServiceMonitors.
     pub fn objects(&self) -> Result<Vec<Value>, RenderError> {
         fn push<T: Serialize>(
             out: &mut Vec<Value>,
@@ -324,7 +324,7 @@ impl Rendered {
             push(&mut out, "ServiceAccount", &observer.service_account)?;
             push(&mut out, "Deployment", &observer.deployment)?;
         }
-        out.extend(self.service_monitor.iter().cloned());
+        out.extend(self.service_monitors.iter().cloned());
         Ok(out)
     }
 }
@@ -542,34 +542,22 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
 
     let mut certificates = Vec::new();
     if spec.cert_manager().is_some() {
-        let wanted = objects::certificates(&ctx)?;
-        if inputs.cert_manager_present {
-            certificates = wanted;
-        } else {
-            skipped.extend(wanted.iter().map(|certificate| {
-                Skipped {
-                    kind: "Certificate",
-                    name: certificate["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    reason: SkipReason::CertManagerMissing,
-                }
-            }));
-        }
+        certificates = present_or_skipped(
+            objects::certificates(&ctx)?,
+            inputs.cert_manager_present,
+            ("Certificate", SkipReason::CertManagerMissing),
+            &mut skipped,
+        );
     }
 
-    let mut service_monitor = None;
+    let mut service_monitors = Vec::new();
     if spec.service_monitor_enabled() {
-        if inputs.prometheus_operator_present {
-            service_monitor = Some(objects::service_monitor(&ctx)?);
-        } else {
-            skipped.push(Skipped {
-                kind: "ServiceMonitor",
-                name: ctx.names.metrics_service(),
-                reason: SkipReason::PrometheusOperatorMissing,
-            });
-        }
+        service_monitors = present_or_skipped(
+            objects::service_monitors(&ctx)?,
+            inputs.prometheus_operator_present,
+            ("ServiceMonitor", SkipReason::PrometheusOperatorMissing),
+            &mut skipped,
+        );
     }
 
     Ok(Rendered {
@@ -581,13 +569,37 @@ pub fn render(valkey: &Valkey, inputs: &RenderInputs) -> Result<Rendered, Render
         pod_disruption_budgets: objects::pod_disruption_budgets(&ctx),
         network_policies: objects::network_policies(&ctx),
         observer: objects::observer(&ctx, tls.as_ref())?,
-        service_monitor,
+        service_monitors,
         hashes: Hashes {
             data: data_hashes,
             sentinel: sentinel_hashes,
         },
         skipped,
     })
+}
+
+/// Objects of a kind another operator defines: all of `wanted` when its API is served, else none,
+/// each reported in `skipped` with the kind and reason given.
+fn present_or_skipped(
+    wanted: Vec<Value>,
+    served: bool,
+    (kind, reason): (&'static str, SkipReason),
+    skipped: &mut Vec<Skipped>,
+) -> Vec<Value> {
+    if served {
+        return wanted;
+    }
+    skipped.extend(wanted.iter().map(|object| {
+        Skipped {
+            kind,
+            name: object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            reason,
+        }
+    }));
+    Vec::new()
 }
 
 /// The tiers' StatefulSets to apply: a tier whose TLS material's fingerprint is not known yet

@@ -101,7 +101,8 @@ impl Names {
     pub fn sidecar(&self) -> String {
         self.suffixed("sidecar")
     }
-    /// Observer Deployment and ServiceAccount: `<name>-observer`.
+    /// Observer Deployment and ServiceAccount, and with a ServiceMonitor its Service and
+    /// ServiceMonitor: `<name>-observer`.
     pub fn observer(&self) -> String {
         self.suffixed("observer")
     }

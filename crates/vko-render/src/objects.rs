@@ -156,6 +156,24 @@ pub fn services(ctx: &Ctx<'_>) -> Result<Vec<Service>, RenderError> {
             status: None,
         });
     }
+    if spec.observer_service_monitor_enabled() {
+        services.push(Service {
+            metadata: ctx.meta(names.observer(), ctx.labels(Component::Observer)),
+            spec: Some(ServiceSpec {
+                // Only for scraping: no ClusterIP, and an unready observer (a failing check) is
+                // exactly when its metrics matter.
+                cluster_ip: Some("None".to_owned()),
+                publish_not_ready_addresses: Some(true),
+                selector: Some(ctx.selector(Component::Observer)),
+                ports: Some(service_ports(&[(
+                    port_names::HEALTH,
+                    port_numbers::OBSERVER,
+                )])),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        });
+    }
     Ok(services)
 }
 
@@ -422,8 +440,38 @@ pub fn certificates(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
     Ok(out)
 }
 
-/// The ServiceMonitor `<name>-metrics`, selecting the metrics Service.
-pub fn service_monitor(ctx: &Ctx<'_>) -> Result<Value, RenderError> {
+/// The ServiceMonitors: `<name>-metrics` selecting the metrics Service, and with the observer
+/// `<name>-observer` selecting its Service. Both carry the same interval, timeout and labels.
+pub fn service_monitors(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
+    let spec = ctx.spec;
+    let mut metrics_selector = ctx.selector(Component::Valkey);
+    metrics_selector.insert(METRICS_LABEL.to_owned(), "true".to_owned());
+    let mut monitors = vec![service_monitor(
+        ctx,
+        ctx.names.metrics_service(),
+        Component::Valkey,
+        metrics_selector,
+        port_names::METRICS,
+    )?];
+    if spec.observer_service_monitor_enabled() {
+        monitors.push(service_monitor(
+            ctx,
+            ctx.names.observer(),
+            Component::Observer,
+            ctx.selector(Component::Observer),
+            port_names::HEALTH,
+        )?);
+    }
+    Ok(monitors)
+}
+
+fn service_monitor(
+    ctx: &Ctx<'_>,
+    name: String,
+    component: Component,
+    selector: BTreeMap<String, String>,
+    port: &str,
+) -> Result<Value, RenderError> {
     let spec = ctx.spec;
     let monitor = spec
         .metrics
@@ -432,12 +480,10 @@ pub fn service_monitor(ctx: &Ctx<'_>) -> Result<Value, RenderError> {
     let labels = merge_user_labels(
         "spec.metrics.serviceMonitor.labels",
         monitor.and_then(|m| m.labels.as_ref()),
-        ctx.labels(Component::Valkey),
+        ctx.labels(component),
     )?;
-    let mut selector = ctx.selector(Component::Valkey);
-    selector.insert(METRICS_LABEL.to_owned(), "true".to_owned());
     let mut endpoint = json!({
-        "port": port_names::METRICS,
+        "port": port,
         "path": "/metrics",
         "interval": spec.metrics_scrape_interval(),
     });
@@ -447,7 +493,7 @@ pub fn service_monitor(ctx: &Ctx<'_>) -> Result<Value, RenderError> {
     {
         endpoint["scrapeTimeout"] = json!(timeout);
     }
-    let metadata = serde_json::to_value(ctx.meta(ctx.names.metrics_service(), labels))
+    let metadata = serde_json::to_value(ctx.meta(name, labels))
         .map_err(|e| RenderError::serialization("ServiceMonitor metadata", &e))?;
     Ok(json!({
         "apiVersion": "monitoring.coreos.com/v1",

@@ -302,6 +302,53 @@ proptest! {
         }
     }
 
+    /// Every ServiceMonitor selects exactly one rendered Service, that Service names the
+    /// endpoint's port and selects pods of a rendered workload (a monitor that selects nothing
+    /// scrapes nothing, silently); the observer is scraped whenever it and a monitor are on.
+    #[test]
+    fn every_service_monitor_selects_one_service_with_its_port(
+        value in valkey_json(Just("prop".to_owned())),
+    ) {
+        let valkey = valkey(&value);
+        let Ok(rendered) = render(&valkey, &inputs(&valkey)) else {
+            return Ok(());
+        };
+        let objects = rendered.objects().expect("json");
+        let selects = |selector: &Value, labels: &Value| {
+            selector.as_object().is_some_and(|selector| {
+                selector.iter().all(|(key, value)| labels.get(key) == Some(value))
+            })
+        };
+        let workloads: Vec<&Value> = objects.iter()
+            .filter(|o| o["kind"] == "StatefulSet" || o["kind"] == "Deployment")
+            .collect();
+        let monitors: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "ServiceMonitor")
+            .collect();
+        for monitor in &monitors {
+            let services: Vec<&Value> = objects.iter()
+                .filter(|o| o["kind"] == "Service")
+                .filter(|s| selects(&monitor["spec"]["selector"]["matchLabels"],
+                    &s["metadata"]["labels"]))
+                .collect();
+            prop_assert_eq!(services.len(), 1, "{} selects {:?}", monitor["metadata"]["name"],
+                services.iter().map(|s| &s["metadata"]["name"]).collect::<Vec<_>>());
+            let service = services[0];
+            let port = &monitor["spec"]["endpoints"][0]["port"];
+            let ports = service["spec"]["ports"].as_array().expect("ports");
+            prop_assert!(ports.iter().any(|p| &p["name"] == port), "{} has no port {}",
+                service["metadata"]["name"], port);
+            prop_assert!(workloads.iter().any(|w| selects(&service["spec"]["selector"],
+                &w["spec"]["template"]["metadata"]["labels"])),
+                "{} selects no rendered pods", service["metadata"]["name"]);
+        }
+        let scraped_observer = monitors.iter()
+            .any(|m| m["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-observer")));
+        let spec = &valkey.spec;
+        prop_assert_eq!(scraped_observer,
+            spec.observer_enabled() && spec.service_monitor_enabled()
+                && inputs(&valkey).prometheus_operator_present);
+    }
+
     #[test]
     fn pod_spec_hash_changes_iff_the_pod_template_changes(
         value in valkey_json(Just("prop".to_owned())),

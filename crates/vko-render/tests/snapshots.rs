@@ -241,7 +241,7 @@ spec:
     let rendered = render(&valkey, &inputs).expect("renders");
     assert!(rendered.statefulsets.is_empty());
     assert!(rendered.certificates.is_empty());
-    assert!(rendered.service_monitor.is_none());
+    assert!(rendered.service_monitors.is_empty());
     insta::assert_snapshot!(
         configs_text(&rendered)
             .split("===== skipped =====")

@@ -5,7 +5,8 @@
 //! [`controlplane`] (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy),
 //! [`kube_proxy`] (its configuration and netfilter cleanup), [`net`] (bridge,
 //! per-pod network namespaces), [`runtime`] (containers as processes in their own namespaces),
-//! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses).
+//! [`kubelet`] (fake Nodes that run the Pods bound to them), [`harness`] (what `tests/` uses),
+//! [`cert_manager`] and [`prometheus`] (the monitoring and certificate parts users run).
 
 pub mod cert_manager;
 pub mod control;
@@ -17,6 +18,7 @@ pub mod kubelet;
 pub mod net;
 pub mod paths;
 pub mod pki;
+pub mod prometheus;
 pub mod rbac_audit;
 pub mod runtime;
 
