@@ -34,7 +34,7 @@ use operator_support::{
 };
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
-use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml};
+use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl};
 
 /// The shape of one cluster under test.
 #[derive(Clone, Copy, Debug)]
@@ -411,6 +411,28 @@ async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<
         .collect())
 }
 
+/// Why a master fenced where no test expects it: what the data pods' fencers saw, from the
+/// rolled pods' kept logs and the live pods' (printed; the test fails on the Events next).
+async fn explain_fences(ns: &str, name: &str) {
+    const NEEDLES: [&str; 5] = ["FENCED", "do not prove", "promoted", "demoted", "drain"];
+    let mut lines =
+        vko_e2e::fence_support::deleted_pod_log_lines(ns, &format!("{name}-"), "sidecar", &NEEDLES);
+    for ordinal in 0..5 {
+        let pod = format!("{name}-{ordinal}");
+        let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", "sidecar"]).await else {
+            continue;
+        };
+        lines.extend(
+            log.lines()
+                .filter(|line| NEEDLES.iter().any(|n| line.contains(n)))
+                .map(|line| format!("{pod} (live): {line}")),
+        );
+    }
+    for line in lines {
+        eprintln!("{line}");
+    }
+}
+
 fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
@@ -448,6 +470,9 @@ async fn roll_case(prefix: &str, shape: Shape) -> anyhow::Result<()> {
         "masters after the roll: {:?}",
         result.masters_after
     );
+    if !warnings.is_empty() {
+        explain_fences(&ns, name).await;
+    }
     anyhow::ensure!(warnings.is_empty(), "Warning Events: {warnings:#?}");
     anyhow::ensure!(
         result.concurrency.data <= 1 && result.concurrency.sentinel <= 1,
@@ -583,15 +608,7 @@ async fn enabling_metrics_on_a_running_ha_cluster_rolls_without_losing_a_write()
     assert_eq!(result.lost, 0, "acknowledged writes lost");
     assert_eq!(result.masters_after.len(), 1, "{:?}", result.masters_after);
     if !warnings.is_empty() {
-        // Why a master fenced: what its fencer saw (the rolled pods' logs are kept).
-        for line in vko_e2e::fence_support::deleted_pod_log_lines(
-            &ns,
-            &format!("{name}-"),
-            "sidecar",
-            &["FENCED", "do not prove", "promoted", "drain"],
-        ) {
-            eprintln!("{line}");
-        }
+        explain_fences(&ns, name).await;
     }
     assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
     assert!(result.concurrency.data <= 1, "{:?}", result.concurrency);
@@ -712,6 +729,9 @@ async fn releases_roll_8_0_to_8_1_to_9_1_and_down_to_8_1_and_a_persistent_9_keep
         );
     }
     let warnings = valkey_warnings(&client, &ns).await.unwrap();
+    if !warnings.is_empty() {
+        explain_fences(&ns, name).await;
+    }
     assert!(warnings.is_empty(), "Warning Events: {warnings:#?}");
 
     // The persistent standalone: 9.1 → 8.1 is refused, its pod keeps running 9.1.2.
