@@ -160,9 +160,8 @@ async fn prometheus_scrapes_every_target(
     let rule = serde_json::to_value(rules.get(FULLNAME).await?)?;
     // Every scraped Service's EndpointSlice filled in: the operator pod, two data pods (their
     // exporter Ready), the observer (published while not ready).
-    let metrics_service_name = format!("{FULLNAME}-metrics");
     let wanted = [
-        (metrics_service_name.as_str(), "metrics", 1),
+        (metrics_service.as_str(), "metrics", 1),
         ("scraped-metrics", "metrics", 2),
         ("scraped-observer", "health", 1),
     ];

@@ -379,8 +379,12 @@ pub async fn discover(client: &kube::Client, namespaces: &[&str]) -> Result<Vec<
     let (mut slices, mut services, mut pods) = (Vec::new(), Vec::new(), Vec::new());
     let params = kube::api::ListParams::default();
     for namespace in namespaces {
-        let api = |_: ()| kube::Api::<EndpointSlice>::namespaced(client.clone(), namespace);
-        slices.extend(api(()).list(&params).await?.items);
+        slices.extend(
+            kube::Api::<EndpointSlice>::namespaced(client.clone(), namespace)
+                .list(&params)
+                .await?
+                .items,
+        );
         services.extend(
             kube::Api::<Service>::namespaced(client.clone(), namespace)
                 .list(&params)
