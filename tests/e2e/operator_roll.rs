@@ -368,7 +368,13 @@ async fn roll_once(
     let masters_after = masters(&pods, name).await;
     let master = master_pod(&pods, name, shape).await?;
     let ip = pods.ip(&master).unwrap_or_default();
-    let lost = missing_keys(&ip, &log.acked).await?.len();
+    let missing = missing_keys(&ip, &log.acked).await?;
+    if !missing.is_empty() {
+        for line in log.describe_lost(&missing) {
+            eprintln!("lost writes of {ns}/{name}: {line}");
+        }
+    }
+    let lost = missing.len();
     let data_after = identities(&pods, &data_pods(&pods, name));
     let sentinel_after = identities(&pods, &sentinel_pods(&pods, name));
     Ok((
@@ -420,6 +426,36 @@ async fn explain_fences(ns: &str, name: &str) {
     for ordinal in 0..5 {
         let pod = format!("{name}-{ordinal}");
         let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", "sidecar"]).await else {
+            continue;
+        };
+        lines.extend(
+            log.lines()
+                .filter(|line| NEEDLES.iter().any(|n| line.contains(n)))
+                .map(|line| format!("{pod} (live): {line}")),
+        );
+    }
+    for line in lines {
+        eprintln!("{line}");
+    }
+}
+
+/// What the Sentinels did about the master (failovers, switches, down verdicts), from the rolled
+/// Sentinel pods' kept logs and the live ones' (printed next to lost writes).
+async fn explain_sentinel_failovers(ns: &str, name: &str) {
+    const NEEDLES: [&str; 6] = [
+        "+switch-master",
+        "+failover",
+        "+odown",
+        "+sdown",
+        "+promoted",
+        "-failover",
+    ];
+    let prefix = format!("{name}-sentinel-");
+    let mut lines =
+        vko_e2e::fence_support::deleted_pod_log_lines(ns, &prefix, "sentinel", &NEEDLES);
+    for ordinal in 0..5 {
+        let pod = format!("{prefix}{ordinal}");
+        let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", "sentinel"]).await else {
             continue;
         };
         lines.extend(
@@ -852,8 +888,9 @@ type KillPoint = Box<dyn Fn(&Valkey) -> bool + Send>;
 struct OwnOperator {
     child: std::process::Child,
     port: u16,
-    /// Removed on drop unless a test failed.
+    /// Removed on drop unless a test failed or the operator was [`OwnOperator::kill`]ed.
     log_path: std::path::PathBuf,
+    remove_log: bool,
 }
 
 impl OwnOperator {
@@ -884,7 +921,14 @@ impl OwnOperator {
             child,
             port,
             log_path,
+            remove_log: true,
         })
+    }
+
+    /// SIGKILLs the operator and hands back its log, kept for the test to read or remove.
+    fn kill(mut self) -> std::path::PathBuf {
+        self.remove_log = false;
+        self.log_path.clone()
     }
 
     /// Waits until this operator leads (an earlier operator may hold the lease until it expires,
@@ -908,7 +952,7 @@ impl Drop for OwnOperator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if !std::thread::panicking() {
+        if self.remove_log && !std::thread::panicking() {
             let _ = std::fs::remove_file(&self.log_path);
         }
     }
@@ -1092,6 +1136,7 @@ async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
                 ),
             ];
             let mut kills = Vec::new();
+            let mut logs = Vec::new();
             for (what, point) in points {
                 wait_for_valkey(&valkeys, name, what, Duration::from_secs(600), |v| point(v))
                     .await?;
@@ -1101,13 +1146,13 @@ async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
                     .status
                     .and_then(|s| s.phase)
                     .map(|p| p.to_string());
-                drop(own.take());
+                logs.extend(own.take().map(OwnOperator::kill));
                 eprintln!("operator SIGKILLed {what} (phase {phase:?})");
                 kills.push(what);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 own = Some(OwnOperator::start()?);
             }
-            Ok::<_, anyhow::Error>((kills, own))
+            Ok::<_, anyhow::Error>((kills, logs, own))
         }
     };
     let rolled = tokio::spawn({
@@ -1115,9 +1160,9 @@ async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
         let ns = ns.clone();
         async move { roll_once(&client, &ns, name, shape, Change::CpuRequest(19), "kill").await }
     });
-    let (kills, own) = killer.await.unwrap();
+    let (kills, mut logs, own) = killer.await.unwrap();
     let (result, _, _) = rolled.await.unwrap().unwrap();
-    drop(own);
+    logs.extend(own.map(OwnOperator::kill));
     let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
     println!(
         "MEASURED roll-kill: kills={} roll_ms={} acked={} lost={} switchover_gaps_ms={gaps:?} max_terminating data={} sentinel={} masters_after={:?}",
@@ -1129,8 +1174,26 @@ async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
         result.concurrency.sentinel,
         result.masters_after,
     );
+    if result.lost > 0 {
+        // What each operator did to the data plane, for the lost writes printed above.
+        const NEEDLES: [&str; 5] = ["roll step", "switch", "REPLICAOF", "Lease", "failed"];
+        for log in &logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            for line in text
+                .lines()
+                .filter(|l| NEEDLES.iter().any(|n| l.contains(n)))
+            {
+                eprintln!("{}: {line}", log.display());
+            }
+        }
+        explain_fences(&ns, name).await;
+        explain_sentinel_failovers(&ns, name).await;
+    }
     assert_eq!(kills.len(), 3);
     assert_eq!(result.lost, 0, "acknowledged writes lost");
+    for log in logs {
+        let _ = std::fs::remove_file(log);
+    }
     assert_eq!(result.masters_after.len(), 1, "masters after the roll");
     assert!(
         result.concurrency.data <= 1 && result.concurrency.sentinel <= 1,

@@ -419,6 +419,56 @@ impl WriteLog {
             .collect()
     }
 
+    /// Where the `missing` acknowledged keys were acknowledged: per master the writer wrote to (in
+    /// order, each time it changed), how many of its OKs are missing and the wall-clock window of those OKs (UTC, to be read next to
+    /// the operator's and sidecars' logs).
+    pub fn describe_lost(&self, missing: &[String]) -> Vec<String> {
+        let missing: std::collections::HashSet<&str> = missing.iter().map(String::as_str).collect();
+        let (now_instant, now_wall) = (Instant::now(), std::time::SystemTime::now());
+        let wall = |at: Instant| {
+            let since_epoch = (now_wall - now_instant.duration_since(at))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let secs_of_day = since_epoch.as_secs() % 86_400;
+            format!(
+                "{:02}:{:02}:{:02}.{:03}Z",
+                secs_of_day / 3600,
+                secs_of_day / 60 % 60,
+                secs_of_day % 60,
+                since_epoch.subsec_millis()
+            )
+        };
+        let mut lines = Vec::new();
+        for (run, (start, master)) in self.masters.iter().enumerate() {
+            let end = self
+                .masters
+                .get(run + 1)
+                .map_or(self.acked.len(), |(i, _)| *i);
+            let lost: Vec<usize> = (*start..end)
+                .filter(|&i| {
+                    self.acked
+                        .get(i)
+                        .is_some_and(|k| missing.contains(k.as_str()))
+                })
+                .collect();
+            let at = |i: Option<&usize>| {
+                i.and_then(|i| self.ok_times.get(*i))
+                    .map(|&t| wall(t))
+                    .unwrap_or_default()
+            };
+            lines.push(format!(
+                "{master}: {} of its {} OKs lost, acknowledged {} .. {} (its OKs {} .. {})",
+                lost.len(),
+                end - start,
+                at(lost.first()),
+                at(lost.last()),
+                at(Some(start)),
+                at(end.checked_sub(1).as_ref()),
+            ));
+        }
+        lines
+    }
+
     /// The longest time between two consecutive OKs.
     pub fn longest_gap(&self) -> Duration {
         self.ok_times
