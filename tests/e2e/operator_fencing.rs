@@ -526,6 +526,127 @@ async fn exclusive_a_paused_master_without_sentinel_acknowledges_nothing_past_f_
         .unwrap();
 }
 
+/// ADR 0040: the master of a 3 + 3 with one Sentinel stopped throughout (as one being replaced
+/// in a roll) and the other two stopped in turn (SIGSTOP), 1.3 s each, the next stopped as the
+/// previous resumes: a round of the round-based fencer heard both only when it began in the last
+/// second of a turn, and its rounds, each waiting the full second for the stopped Sentinel (less
+/// near the deadline), missed that often enough to fence (measured: twice in 8 turns); each
+/// Sentinel's latest answer counting for F, the master never fences (no `FENCED` line of its
+/// sidecar) and its writer is never held longer than [`BLOCKED_GAP`]. Then both
+/// stopped at once for 4 s: it fences (the test sees a fence when there is one), and after the
+/// resume nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_a_master_whose_sentinels_answer_in_turn_is_not_fenced() {
+    let test = cluster_of(Topology::ThreePlusThree, "op-fence-turns")
+        .await
+        .unwrap();
+    let outcome = sentinels_in_turn(&test).await;
+    if outcome.is_err() {
+        dump_container_logs(&test.client(), test.ns(), 60).await;
+    }
+    outcome.unwrap();
+    test.cleanup().await.unwrap();
+}
+
+async fn sentinels_in_turn(test: &OperatorTest) -> anyhow::Result<()> {
+    const TURN: Duration = Duration::from_millis(1_300);
+    const TURNS: u32 = 8;
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let testbed = &test.testbed;
+    let master = whole(
+        &client,
+        &ns,
+        Topology::ThreePlusThree,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let netns = pod_netns(&client, &ns, &master).await?;
+    let inside = AckWriter::in_netns(&netns, "inside")?;
+    wait_for_acks(&inside, 300, "the writer inside the master's netns").await?;
+    let sentinel = |i: u32| format!("{NAME}-sentinel-{i}");
+    let stop = |i: u32| Fault::Pause {
+        namespace: ns.clone(),
+        pod: sentinel(i),
+        container: "sentinel".into(),
+    };
+    let resume = |i: u32| Fault::Resume {
+        namespace: ns.clone(),
+        pod: sentinel(i),
+        container: "sentinel".into(),
+    };
+    let fences_before = fence_lines(&client, &ns, &master).await;
+    testbed.fault(stop(2)).await?;
+    eprintln!(
+        "{}: stopped; {} and {} stopped in turn, {TURN:?} each",
+        sentinel(2),
+        sentinel(0),
+        sentinel(1)
+    );
+    let turns_from = Instant::now();
+    testbed.fault(stop(0)).await?;
+    for turn in 0..TURNS {
+        tokio::time::sleep(TURN).await;
+        let (next, previous) = ((turn + 1) % 2, turn % 2);
+        testbed.fault(stop(next)).await?;
+        testbed.fault(resume(previous)).await?;
+    }
+    testbed.fault(resume(TURNS % 2)).await?;
+    let turns_until = Instant::now();
+    let fenced_in_turns = fence_lines(&client, &ns, &master).await - fences_before;
+    let held_in_turns = acks_stopped(&inside.at_snapshot(), turns_from, turns_until, BLOCKED_GAP);
+
+    // Control: both stopped at once for 4 s, the third still stopped: nobody answers.
+    let both_from = Instant::now();
+    testbed.fault(stop(0)).await?;
+    testbed.fault(stop(1)).await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let both_until = Instant::now();
+    for i in 0..3 {
+        testbed.fault(resume(i)).await?;
+    }
+    let held_when_both_stopped =
+        acks_stopped(&inside.at_snapshot(), both_from, both_until, BLOCKED_GAP);
+    let master_after = whole(
+        &client,
+        &ns,
+        Topology::ThreePlusThree,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let acks = inside.stop().await;
+    let ip = Pods::list(&client, &ns)
+        .await?
+        .ip(&master_after)
+        .unwrap_or_default();
+    let lost = missing_keys(&ip, &acks.keys).await?;
+    print_fence_story(&client, &ns, &master).await;
+    eprintln!(
+        "MEASURED sentinels in turn: {TURNS} turns of {TURN:?}: writer held {held_in_turns:?}, \
+         fences {fenced_in_turns}; both stopped 4 s: writer stopped {held_when_both_stopped:?} \
+         after the stop; {} acknowledged, {} lost, master {master} -> {master_after}",
+        acks.keys.len(),
+        lost.len()
+    );
+    anyhow::ensure!(
+        fenced_in_turns == 0 && held_in_turns.is_none(),
+        "the master fenced {fenced_in_turns} times (writer held {held_in_turns:?}) while its \
+         Sentinels answered in turn"
+    );
+    anyhow::ensure!(
+        held_when_both_stopped.is_some(),
+        "no fence while no Sentinel could answer: the test would not see one"
+    );
+    anyhow::ensure!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    Ok(())
+}
+
+/// How many times `pod`'s fencer has fenced it so far (its `FENCED:` log lines).
+async fn fence_lines(client: &kube::Client, ns: &str, pod: &str) -> usize {
+    sidecar_log_lines(client, ns, pod, &["FENCED: this master"])
+        .await
+        .len()
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()

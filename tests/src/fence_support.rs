@@ -61,6 +61,11 @@ impl AckWriter {
         self.acks.lock().map(|a| a.keys.len()).unwrap_or(0)
     }
 
+    /// When each `OK` so far arrived (the writer keeps going).
+    pub fn at_snapshot(&self) -> Vec<Instant> {
+        self.acks.lock().map(|a| a.at.clone()).unwrap_or_default()
+    }
+
     pub async fn stop(mut self) -> Acks {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(task) = self.task.take() {

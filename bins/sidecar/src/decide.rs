@@ -1,7 +1,9 @@
 //! Every decision the sidecar takes, as pure functions of what it observed (ADR 0005). The I/O
 //! around them lives in `init`, `run` and `handover`.
 
-use vko_authority::{Electorate, FenceAnswer, InstanceRole, Proof, Vote};
+use std::time::Duration;
+
+use vko_authority::{Electorate, FenceAnswer, HeldAnswer, InstanceRole, Proof, Vote};
 
 use crate::conf::RoleLine;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
@@ -20,12 +22,14 @@ pub enum Authority {
 
 /// The answering Sentinels as votes for `vko-authority`'s one majority rule (ADR 0014).
 fn votes(answers: &[Option<SentinelAnswer>]) -> impl Iterator<Item = Vote<Endpoint>> + '_ {
-    answers.iter().flatten().map(|a| {
-        Vote::new(
-            Some(a.master.clone()),
-            usize::try_from(a.known_sentinels).unwrap_or(usize::MAX),
-        )
-    })
+    answers.iter().flatten().map(vote)
+}
+
+fn vote(answer: &SentinelAnswer) -> Vote<Endpoint> {
+    Vote::new(
+        Some(answer.master.clone()),
+        usize::try_from(answer.known_sentinels).unwrap_or(usize::MAX),
+    )
 }
 
 /// The master a strict majority of every Sentinel the cluster has names. A data pod is not told
@@ -54,6 +58,30 @@ pub fn authority_proof(
         })
         .collect();
     vko_authority::authority_proof(me, Electorate::new(0, discovered), &answers)
+}
+
+/// One answer as the fencer holds it (ADR 0040): its vote and promotion, from the ask that began
+/// at `asked_at`.
+pub fn held_answer(answer: &SentinelAnswer, asked_at: Duration) -> HeldAnswer<Endpoint> {
+    HeldAnswer {
+        answer: FenceAnswer {
+            vote: vote(answer),
+            promoting: answer.promoting.clone(),
+        },
+        asked_at,
+    }
+}
+
+/// ADR 0040: when the answers held across rounds prove `me`'s authority from, if they do. Same
+/// electorate as [`sentinel_master`].
+pub fn held_proof(
+    me: &Endpoint,
+    held: &[HeldAnswer<Endpoint>],
+    discovered: usize,
+    now: Duration,
+    fence_after: Duration,
+) -> Option<Duration> {
+    vko_authority::held_majority_proof(me, Electorate::new(0, discovered), held, now, fence_after)
 }
 
 /// `sentinel-init`: where a (re)starting Sentinel points its monitor. The master a majority of

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use vko_authority::{
-    FenceAction, FenceInput, FenceReason, LeaseSeen, UnfenceReason, fence_action, fence_deadline,
-    lease_fence_action,
+    FenceAction, FenceInput, FenceReason, HeldAnswer, LeaseSeen, UnfenceReason, fence_action,
+    fence_deadline, lease_fence_action,
 };
 use vko_render::{DOWN_AFTER_MS, MASTER_REBOOT_DOWN_AFTER_MS};
 use vko_valkey::ValkeyClient;
@@ -25,7 +25,7 @@ use crate::decide;
 use crate::error::{Result, SidecarError};
 use crate::lease_api::{HeldLease, LeaseApi, Written};
 use crate::node::Node;
-use crate::topology::{Endpoint, PeerEvidence, ask_sentinels, probe};
+use crate::topology::{Endpoint, PeerEvidence, SentinelAnswer, ask_sentinels, probe};
 
 /// F must stay below Sentinel's down-after: Sentinel starts a failover only after the master has
 /// been unreachable that long, and the old master must have stopped acknowledging by then.
@@ -41,8 +41,8 @@ pub struct FenceSettings {
     pub fence_after: Duration,
     /// How often the Sentinels are asked.
     pub poll: Duration,
-    /// The longest one round of Sentinel answers is waited for (each Sentinel call also has the
-    /// dialer's own timeouts); shortened near the fence deadline so the fence is never late.
+    /// The longest one ask of one Sentinel is waited for (each Sentinel call also has the
+    /// dialer's own timeouts); a Sentinel that does not answer in time is asked again then.
     pub ask_timeout: Duration,
     /// The `CLIENT PAUSE` length, renewed every round while fenced: if this sidecar stops, the
     /// pause lapses after this long.
@@ -54,15 +54,15 @@ impl Default for FenceSettings {
         FenceSettings {
             fence_after: vko_authority::DEFAULT_FENCE_AFTER,
             poll: Duration::from_millis(250),
-            // Three TLS handshakes on a busy 2-core node can take hundreds of milliseconds; the
-            // budget shrinks to what is left before the deadline, so a long one is never late.
+            // A TLS handshake on a busy 2-core node can take hundreds of milliseconds; each
+            // Sentinel is asked on its own, so a slow one delays only its own answer.
             ask_timeout: Duration::from_secs(1),
             pause: Duration::from_secs(5),
         }
     }
 }
 
-/// The least time a round near its deadline still gives the Sentinels to answer.
+/// The least time a round near its deadline still gives the Sentinel discovery.
 const MIN_ASK: Duration = Duration::from_millis(100);
 /// The local server answers ROLE / CLIENT PAUSE within this or is treated as not answering.
 const LOCAL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -166,6 +166,8 @@ struct Fencer {
     clock: Instant,
     local: Option<ValkeyClient>,
     last_proven: Option<Duration>,
+    /// Each Sentinel asked on its own, its latest answer held (ADR 0040).
+    askers: Askers,
     /// Logged once per change of what the Sentinels say.
     last_view: Option<String>,
     /// The local role seen by the last round that reached the server.
@@ -190,6 +192,7 @@ pub async fn fence_loop(node: Arc<Node>, state: Arc<FenceState>, settings: Fence
         clock: Instant::now(),
         local: None,
         last_proven: None,
+        askers: Askers::default(),
         last_view: None,
         was_master: None,
         lease: None,
@@ -236,6 +239,7 @@ pub async fn lease_fence_loop(
         clock: Instant::now(),
         local: None,
         last_proven: None,
+        askers: Askers::default(),
         last_view: None,
         was_master: None,
         lease: None,
@@ -308,18 +312,22 @@ impl Fencer {
         // replica is unfenced at once. A master never proven is first asked (a sidecar start
         // must not pause a master the Sentinels name).
         if !is_master || self.last_proven.is_some() {
-            self.act(is_master, "").await;
+            // The FENCED line names what the Sentinels said last.
+            let last_view = self.last_view.clone().unwrap_or_default();
+            self.act(is_master, &last_view).await;
         }
         if !is_master {
+            // A replica proves nothing: no Sentinel is asked for it.
+            self.askers.stop();
             return;
         }
-        let (proven, named, view) = self.ask(started).await;
-        if proven {
-            self.last_proven = Some(started);
+        let (proven_at, named, view) = self.ask(started).await;
+        if let Some(at) = proven_at {
+            self.last_proven = Some(self.last_proven.map_or(at, |last| last.max(at)));
         }
         if self.last_view.as_deref() != Some(view.as_str()) {
             // Once per change: an unproven round is what a later FENCED line is made of.
-            if proven {
+            if proven_at.is_some() {
                 tracing::debug!(view, "fencer: Sentinel answers changed");
             } else {
                 tracing::info!(
@@ -499,13 +507,16 @@ impl Fencer {
         }
     }
 
-    /// Asks every Sentinel within the round's budget: (this pod proven, the master the majority
-    /// names when it is another pod, a one-line summary for the log).
-    async fn ask(&self, started: Duration) -> (bool, Option<Endpoint>, String) {
-        let node = &self.node;
-        let Some(name) = node.topology.monitor.as_ref() else {
-            return (false, None, "no Sentinel".into());
+    /// What the Sentinels say (ADR 0040: each is asked on its own, and its latest answer younger
+    /// than F counts): (when this pod's authority is proven from — the oldest vote of the
+    /// youngest majority naming it, or the answers of a failover in progress that promotes it —,
+    /// the master the majority names when it is another pod, a one-line summary for the log).
+    async fn ask(&mut self, started: Duration) -> (Option<Duration>, Option<Endpoint>, String) {
+        let node = self.node.clone();
+        let Some(name) = node.topology.monitor.clone() else {
+            return (None, None, "no Sentinel".into());
         };
+        // Discovery is cached (10 s); a refresh that hangs must not make the fence late.
         let budget = if self.state.is_fenced() {
             self.settings.ask_timeout
         } else {
@@ -513,51 +524,56 @@ impl Fencer {
                 .map_or(MIN_ASK, |d| d.saturating_sub(started))
                 .clamp(MIN_ASK, self.settings.ask_timeout)
         };
-        let asking = tokio::time::Instant::now();
-        let Ok(sentinels) = tokio::time::timeout(budget, node.topology.sentinels()).await else {
-            return (
-                false,
-                None,
-                format!("no Sentinel discovered within {} ms", budget.as_millis()),
-            );
-        };
-        // Each Sentinel within what is left of the budget, on its own: one that hangs (paused,
-        // partitioned) must not hide the answers of the others, or a single hung Sentinel would
-        // fence a master that its majority still names.
-        let left = budget.saturating_sub(asking.elapsed());
-        let answers = futures::future::join_all(sentinels.iter().map(|sentinel| async move {
-            tokio::time::timeout(
-                left,
-                ask_sentinels(&node.dialer, std::slice::from_ref(sentinel), name),
-            )
-            .await
-            .ok()
-            .and_then(|mut one| one.pop().flatten())
-        }))
-        .await;
-        let discovered = sentinels.len();
-        let answered = answers.iter().flatten().count();
-        let naming_me = answers
+        let discovery = tokio::time::timeout(budget, node.topology.sentinels()).await;
+        if let Ok(sentinels) = &discovery {
+            self.askers
+                .follow(sentinels, &node, &name, self.clock, &self.settings);
+        }
+        if self.last_proven.is_none() {
+            // Never proven (a sidecar start, a master's first round): hear every Sentinel first,
+            // as a round did, so a master its Sentinels name is not paused for want of asking.
+            self.askers
+                .wait_for_answers(self.clock, self.settings.ask_timeout)
+                .await;
+        }
+        let (now, fence_after) = (self.now(), self.settings.fence_after);
+        let discovered = self.askers.asked();
+        let fresh = self.askers.fresh(now, fence_after);
+        let answers: Vec<Option<SentinelAnswer>> =
+            fresh.iter().map(|(a, _)| Some(a.clone())).collect();
+        let held: Vec<HeldAnswer<Endpoint>> = fresh
             .iter()
-            .flatten()
-            .filter(|a| a.master == *node.me())
-            .count();
+            .map(|(a, at)| decide::held_answer(a, *at))
+            .collect();
+        let majority_at = decide::held_proof(node.me(), &held, discovered, now, fence_after);
         let proof = decide::authority_proof(node.me(), &answers, discovered);
-        let proven = proof.is_some();
+        let proven_at = match (majority_at, proof) {
+            (Some(at), _) => Some(at),
+            // The promotion rule over every fresh answer: dated by the oldest of them.
+            (None, Some(vko_authority::Proof::Promotion)) => fresh.iter().map(|(_, at)| *at).min(),
+            _ => None,
+        };
         let named = decide::sentinel_master(&answers, discovered).filter(|m| m != node.me());
+        let naming_me = fresh.iter().filter(|(a, _)| a.master == *node.me()).count();
         let view = format!(
-            "{answered} of {discovered} Sentinels answered, {naming_me} name this pod{}{}",
+            "{} of {discovered} Sentinels answered within F, {naming_me} name this pod{}{}{}",
+            fresh.len(),
             named
                 .as_ref()
                 .map(|m| format!(", the majority names {m}"))
                 .unwrap_or_default(),
-            if proof == Some(vko_authority::Proof::Promotion) {
+            if majority_at.is_none() && proof == Some(vko_authority::Proof::Promotion) {
                 ", the failover in progress promotes this pod"
             } else {
                 ""
+            },
+            if discovery.is_err() {
+                format!(", no Sentinel discovered within {} ms", budget.as_millis())
+            } else {
+                String::new()
             }
         );
-        (proven, named, view)
+        (proven_at, named, view)
     }
 
     async fn act(&mut self, is_master: bool, view: &str) {
@@ -677,6 +693,145 @@ impl Fencer {
             Err(_) => {
                 tracing::warn!(%named, "fencer: REPLICAOF timed out");
                 self.local = None;
+            }
+        }
+    }
+}
+
+/// The Sentinels asked each on its own (ADR 0040): one task a Sentinel asks it every poll, and
+/// keeps its latest answer with the time that ask began, so a Sentinel slow to answer delays only
+/// its own answers, never the others' or the fence.
+#[derive(Default)]
+struct Askers {
+    held: Arc<Mutex<Vec<(SentinelAnswer, Duration)>>>,
+    tasks: Vec<(Endpoint, tokio::task::JoinHandle<()>)>,
+}
+
+impl Askers {
+    /// Asks exactly `sentinels` from now on: a task for each new one, the others' stopped (the
+    /// answers they gave stay until they are F old).
+    fn follow(
+        &mut self,
+        sentinels: &[Endpoint],
+        node: &Arc<Node>,
+        name: &str,
+        clock: Instant,
+        settings: &FenceSettings,
+    ) {
+        self.tasks.retain(|(sentinel, task)| {
+            let keep = sentinels.contains(sentinel);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for sentinel in sentinels {
+            if self.tasks.iter().any(|(s, _)| s == sentinel) {
+                continue;
+            }
+            let task = tokio::spawn(ask_forever(
+                node.clone(),
+                sentinel.clone(),
+                name.to_owned(),
+                clock,
+                settings.clone(),
+                self.held.clone(),
+            ));
+            self.tasks.push((sentinel.clone(), task));
+        }
+    }
+
+    /// Waits until every Sentinel asked has answered since the asking began, or `within` passed.
+    async fn wait_for_answers(&self, clock: Instant, within: Duration) {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let now = clock.elapsed();
+            let answered = self
+                .held
+                .lock()
+                .map(|held| held.iter().filter(|(_, at)| *at <= now).count())
+                .unwrap_or(0);
+            if answered >= self.asked() || tokio::time::Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// How many Sentinels are being asked.
+    fn asked(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Each Sentinel's latest answer younger than `fence_after` (older ones are dropped).
+    fn fresh(&self, now: Duration, fence_after: Duration) -> Vec<(SentinelAnswer, Duration)> {
+        let Ok(mut held) = self.held.lock() else {
+            return Vec::new();
+        };
+        held.retain(|(_, at)| *at <= now && now - *at < fence_after);
+        held.clone()
+    }
+
+    /// No Sentinel is asked any more, and nothing they said is kept.
+    fn stop(&mut self) {
+        for (_, task) in self.tasks.drain(..) {
+            task.abort();
+        }
+        if let Ok(mut held) = self.held.lock() {
+            held.clear();
+        }
+    }
+}
+
+impl Drop for Askers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One Sentinel, asked every `poll` until aborted, each ask on its own and bounded by
+/// `ask_timeout` (a hung ask does not hold back the next: the first one sent after a cut heals
+/// answers); an answer replaces the held one when its ask began later, dated when it began (never
+/// later than what it vouches for).
+async fn ask_forever(
+    node: Arc<Node>,
+    sentinel: Endpoint,
+    name: String,
+    clock: Instant,
+    settings: FenceSettings,
+    held: Arc<Mutex<Vec<(SentinelAnswer, Duration)>>>,
+) {
+    let mut asks = tokio::task::JoinSet::new();
+    let mut next = clock.elapsed();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(next.saturating_sub(clock.elapsed())) => {
+                let asked_at = clock.elapsed();
+                next = asked_at + settings.poll;
+                let (node, sentinel, name) = (node.clone(), sentinel.clone(), name.clone());
+                let timeout = settings.ask_timeout;
+                asks.spawn(async move {
+                    let answer = tokio::time::timeout(
+                        timeout,
+                        ask_sentinels(&node.dialer, std::slice::from_ref(&sentinel), &name),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|mut one| one.pop().flatten());
+                    (asked_at, answer)
+                });
+            }
+            Some(Ok((asked_at, Some(answer)))) = asks.join_next(), if !asks.is_empty() => {
+                if let Ok(mut held) = held.lock() {
+                    let newer = held
+                        .iter()
+                        .find(|(a, _)| a.sentinel == sentinel)
+                        .is_none_or(|(_, at)| *at < asked_at);
+                    if newer {
+                        held.retain(|(a, _)| a.sentinel != sentinel);
+                        held.push((answer, asked_at));
+                    }
+                }
             }
         }
     }

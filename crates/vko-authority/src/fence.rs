@@ -171,6 +171,44 @@ pub fn authority_proof<K: PartialEq + Clone>(
         .then_some(Proof::Promotion)
 }
 
+/// One Sentinel's latest answer as the fencer holds it (ADR 0040), and when the ask that got it
+/// began (on the caller's clock).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldAnswer<K> {
+    pub answer: FenceAnswer<K>,
+    pub asked_at: Duration,
+}
+
+/// ADR 0040: the authority proven over each Sentinel's latest answer rather than one round's.
+/// Counted are the answers younger than F (`fence_after`); when a strict majority of the
+/// electorate (sized over those answers) names `me`, the authority counts as proven from the
+/// oldest vote of the youngest such majority — never later than a vote it rests on, so a master
+/// cut off from its Sentinels at `t` is still fenced by `t + F`. Answers naming another pod or
+/// none count against it exactly as in one round: a majority is one of the whole electorate, so
+/// at most one pod has one. One round of answers proves exactly what [`proves_authority`] proves
+/// on it; what this adds is a majority whose members answered at different moments within F (one
+/// of two live Sentinels slow or cut off while the third is being replaced).
+pub fn held_majority_proof<K: PartialEq + Clone>(
+    me: &K,
+    electorate: Electorate,
+    held: &[HeldAnswer<K>],
+    now: Duration,
+    fence_after: Duration,
+) -> Option<Duration> {
+    let fresh: Vec<&HeldAnswer<K>> = held
+        .iter()
+        .filter(|h| h.asked_at <= now && now - h.asked_at < fence_after)
+        .collect();
+    let counted = crate::sentinel::tally(electorate, fresh.iter().map(|h| h.answer.vote.clone()));
+    let mut naming_me: Vec<Duration> = fresh
+        .iter()
+        .filter(|h| h.answer.vote.master.as_ref() == Some(me))
+        .map(|h| h.asked_at)
+        .collect();
+    naming_me.sort_unstable_by(|a, b| b.cmp(a));
+    naming_me.get(counted.needed() - 1).copied()
+}
+
 /// When an unfenced master must be looked at again at the latest so that it is fenced on time:
 /// the moment its last proof turns F old (`None`: never proven, due now).
 pub fn fence_deadline(last_proven: Option<Duration>, fence_after: Duration) -> Option<Duration> {
@@ -221,6 +259,161 @@ mod tests {
         ];
         for (case, want, why) in cases {
             assert_eq!(fence_action(*case), *want, "{why}: {case:?}");
+        }
+    }
+
+    fn held(master: Option<&'static str>, asked_at: u64) -> HeldAnswer<&'static str> {
+        HeldAnswer {
+            answer: FenceAnswer {
+                vote: Vote::new(master, 3),
+                promoting: None,
+            },
+            asked_at: ms(asked_at),
+        }
+    }
+
+    #[test]
+    fn a_majority_held_across_rounds_proves_from_its_oldest_vote() {
+        let me = "vk-0";
+        let three = Electorate::new(0, 3);
+        let now = 10_000;
+        // (held answers, proof time in ms) — `now` is 10 s, F 2 s.
+        #[rustfmt::skip]
+        type Case = (Vec<HeldAnswer<&'static str>>, Option<u64>, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                vec![held(Some(me), 10_000), held(Some(me), 10_000)],
+                Some(10_000),
+                "one round, two of three",
+            ),
+            (
+                vec![held(Some(me), 10_000), held(Some(me), 9_000)],
+                Some(9_000),
+                "two rounds: the older",
+            ),
+            (
+                vec![
+                    held(Some(me), 10_000),
+                    held(Some(me), 9_000),
+                    held(Some(me), 9_500),
+                ],
+                Some(9_500),
+                "the youngest majority",
+            ),
+            (
+                vec![held(Some(me), 10_000), held(Some(me), 8_000)],
+                None,
+                "one vote F old",
+            ),
+            (
+                vec![held(Some(me), 10_000), held(Some(me), 8_001)],
+                Some(8_001),
+                "just younger than F",
+            ),
+            (vec![held(Some(me), 10_000)], None, "one of three"),
+            (
+                vec![
+                    held(Some(me), 9_000),
+                    held(Some(me), 9_000),
+                    held(Some("vk-1"), 9_500),
+                ],
+                Some(9_000),
+                "two of three name me, the third another pod (as in one round)",
+            ),
+            (
+                vec![
+                    held(Some(me), 10_000),
+                    held(Some(me), 10_000),
+                    held(Some("vk-1"), 10_000),
+                ],
+                Some(10_000),
+                "the same in one round",
+            ),
+            (
+                vec![
+                    held(Some(me), 10_000),
+                    held(Some(me), 9_800),
+                    held(None, 9_500),
+                ],
+                Some(9_800),
+                "a third that names none",
+            ),
+            (
+                vec![
+                    held(Some(me), 10_000),
+                    held(Some("vk-1"), 9_900),
+                    held(Some("vk-1"), 9_000),
+                ],
+                None,
+                "the majority names another pod",
+            ),
+            (
+                vec![
+                    held(Some(me), 10_000),
+                    held(Some(me), 10_000),
+                    held(Some("vk-1"), 7_000),
+                ],
+                Some(10_000),
+                "an answer older than F is forgotten",
+            ),
+            (
+                vec![held(Some(me), 10_500), held(Some(me), 10_000)],
+                None,
+                "a vote from the future is none",
+            ),
+        ];
+        for (answers, want, why) in cases {
+            assert_eq!(
+                held_majority_proof(&me, three, &answers, ms(now), F),
+                want.map(ms),
+                "{why}"
+            );
+        }
+        // A peer reporting five Sentinels needs three.
+        let mut five = vec![held(Some(me), 10_000), held(Some(me), 9_000)];
+        five[0].answer.vote.known_sentinels = 5;
+        assert_eq!(held_majority_proof(&me, three, &five, ms(now), F), None);
+    }
+
+    #[test]
+    fn held_answers_of_one_round_prove_exactly_what_the_round_proves() {
+        let me = "vk-0";
+        let names = [None, Some("vk-0"), Some("vk-1")];
+        // Every combination of three answers, answering or not, in one round.
+        for a in 0..4 {
+            for b in 0..4 {
+                for c in 0..4 {
+                    let answers: Vec<HeldAnswer<&str>> = [a, b, c]
+                        .iter()
+                        .filter(|&&k| k < 3)
+                        .map(|&k| held(names[k], 5_000))
+                        .collect();
+                    let votes = answers.iter().map(|h| h.answer.vote.clone());
+                    let round = proves_authority(&me, Electorate::new(0, 3), votes);
+                    let windowed =
+                        held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(5_000), F);
+                    assert_eq!(windowed.is_some(), round, "{a} {b} {c}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cut_off_master_is_fenced_within_f_of_its_last_vote() {
+        // Whatever answers were held, the proof never dates after a vote it counts: at any time
+        // later than the last answer + F nothing proves.
+        let me = "vk-0";
+        for last in [1_000u64, 5_000, 9_999] {
+            let answers = vec![held(Some(me), last), held(Some(me), last - 500)];
+            for now in last..last + 3_000 {
+                let proof = held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(now), F);
+                if let Some(at) = proof {
+                    assert!(at <= ms(last) && ms(now) - at < F, "{now}: {at:?}");
+                }
+                if now >= last - 500 + 2_000 {
+                    assert_eq!(proof, None, "{now}");
+                }
+            }
         }
     }
 

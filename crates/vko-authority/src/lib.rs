@@ -31,8 +31,9 @@ pub const HOLD_HOST: &str = "vko-hold.invalid";
 
 pub use data::{PodProbe, ProbeState, replicas_unknown_to_sentinel, unsynced_replicas};
 pub use fence::{
-    DEFAULT_FENCE_AFTER, FenceAction, FenceAnswer, FenceInput, FenceReason, Proof, UnfenceReason,
-    authority_proof, fence_action, fence_deadline, proves_authority,
+    DEFAULT_FENCE_AFTER, FenceAction, FenceAnswer, FenceInput, FenceReason, HeldAnswer, Proof,
+    UnfenceReason, authority_proof, fence_action, fence_deadline, held_majority_proof,
+    proves_authority,
 };
 pub use label::{InstanceRole, instance_role};
 pub use lease::{
