@@ -420,29 +420,14 @@ async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<
 /// Why a master fenced where no test expects it: what the data pods' fencers saw, from the
 /// rolled pods' kept logs and the live pods' (printed; the test fails on the Events next).
 async fn explain_fences(ns: &str, name: &str) {
-    const NEEDLES: [&str; 5] = ["FENCED", "do not prove", "promoted", "demoted", "drain"];
-    let mut lines =
-        vko_e2e::fence_support::deleted_pod_log_lines(ns, &format!("{name}-"), "sidecar", &NEEDLES);
-    for ordinal in 0..5 {
-        let pod = format!("{name}-{ordinal}");
-        let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", "sidecar"]).await else {
-            continue;
-        };
-        lines.extend(
-            log.lines()
-                .filter(|line| NEEDLES.iter().any(|n| line.contains(n)))
-                .map(|line| format!("{pod} (live): {line}")),
-        );
-    }
-    for line in lines {
-        eprintln!("{line}");
-    }
+    let needles = ["FENCED", "do not prove", "promoted", "demoted", "drain"];
+    print_log_lines(ns, &format!("{name}-"), "sidecar", &needles).await;
 }
 
 /// What the Sentinels did about the master (failovers, switches, down verdicts), from the rolled
 /// Sentinel pods' kept logs and the live ones' (printed next to lost writes).
 async fn explain_sentinel_failovers(ns: &str, name: &str) {
-    const NEEDLES: [&str; 6] = [
+    let needles = [
         "+switch-master",
         "+failover",
         "+odown",
@@ -450,17 +435,21 @@ async fn explain_sentinel_failovers(ns: &str, name: &str) {
         "+promoted",
         "-failover",
     ];
-    let prefix = format!("{name}-sentinel-");
-    let mut lines =
-        vko_e2e::fence_support::deleted_pod_log_lines(ns, &prefix, "sentinel", &NEEDLES);
+    print_log_lines(ns, &format!("{name}-sentinel-"), "sentinel", &needles).await;
+}
+
+/// Prints the lines holding any of `needles` of `container`'s logs in the pods `<prefix><n>`:
+/// the deleted ones' (kept by the testbed) and the live ones' (`kubectl logs`).
+async fn print_log_lines(ns: &str, prefix: &str, container: &str, needles: &[&str]) {
+    let mut lines = vko_e2e::fence_support::deleted_pod_log_lines(ns, prefix, container, needles);
     for ordinal in 0..5 {
         let pod = format!("{prefix}{ordinal}");
-        let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", "sentinel"]).await else {
+        let Ok(log) = kubectl(&["logs", "-n", ns, &pod, "-c", container]).await else {
             continue;
         };
         lines.extend(
             log.lines()
-                .filter(|line| NEEDLES.iter().any(|n| line.contains(n)))
+                .filter(|line| needles.iter().any(|n| line.contains(n)))
                 .map(|line| format!("{pod} (live): {line}")),
         );
     }
