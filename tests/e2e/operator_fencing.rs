@@ -557,6 +557,9 @@ async fn sentinels_in_turn(test: &OperatorTest) -> anyhow::Result<()> {
     let netns = pod_netns(&client, &ns, &master).await?;
     let inside = AckWriter::in_netns(&netns, "inside")?;
     wait_for_acks(&inside, 300, "the writer inside the master's netns").await?;
+    // And one as clients connect, through `-rw`.
+    let rw = AckWriter::through_service(&client, &ns, &format!("{NAME}-rw"), "rw").await?;
+    wait_for_acks(&rw, 300, "the writer through -rw").await?;
     let sentinel = |i: u32| format!("{NAME}-sentinel-{i}");
     let stop = |i: u32| Fault::Pause {
         namespace: ns.clone(),
@@ -588,6 +591,7 @@ async fn sentinels_in_turn(test: &OperatorTest) -> anyhow::Result<()> {
     let turns_until = Instant::now();
     let fenced_in_turns = fence_lines(&client, &ns, &master).await - fences_before;
     let held_in_turns = acks_stopped(&inside.at_snapshot(), turns_from, turns_until, BLOCKED_GAP);
+    let rw_held_in_turns = acks_stopped(&rw.at_snapshot(), turns_from, turns_until, BLOCKED_GAP);
 
     // Control: both stopped at once for 4 s, the third still stopped: nobody answers.
     let both_from = Instant::now();
@@ -607,24 +611,26 @@ async fn sentinels_in_turn(test: &OperatorTest) -> anyhow::Result<()> {
         Duration::from_secs(180),
     )
     .await?;
-    let acks = inside.stop().await;
+    let mut acks = inside.stop().await.keys;
+    acks.extend(rw.stop().await.keys);
     let ip = Pods::list(&client, &ns)
         .await?
         .ip(&master_after)
         .unwrap_or_default();
-    let lost = missing_keys(&ip, &acks.keys).await?;
+    let lost = missing_keys(&ip, &acks).await?;
     print_fence_story(&client, &ns, &master).await;
     eprintln!(
-        "MEASURED sentinels in turn: {TURNS} turns of {TURN:?}: writer held {held_in_turns:?}, \
-         fences {fenced_in_turns}; both stopped 4 s: writer stopped {held_when_both_stopped:?} \
-         after the stop; {} acknowledged, {} lost, master {master} -> {master_after}",
-        acks.keys.len(),
+        "MEASURED sentinels in turn: {TURNS} turns of {TURN:?}: writer held {held_in_turns:?} \
+         (through -rw {rw_held_in_turns:?}), fences {fenced_in_turns}; both stopped 4 s: writer \
+         stopped {held_when_both_stopped:?} after the stop; {} acknowledged, {} lost, master \
+         {master} -> {master_after}",
+        acks.len(),
         lost.len()
     );
     anyhow::ensure!(
-        fenced_in_turns == 0 && held_in_turns.is_none(),
-        "the master fenced {fenced_in_turns} times (writer held {held_in_turns:?}) while its \
-         Sentinels answered in turn"
+        fenced_in_turns == 0 && held_in_turns.is_none() && rw_held_in_turns.is_none(),
+        "the master fenced {fenced_in_turns} times (writer held {held_in_turns:?}, through -rw \
+         {rw_held_in_turns:?}) while its Sentinels answered in turn"
     );
     anyhow::ensure!(
         held_when_both_stopped.is_some(),
