@@ -3,6 +3,8 @@
 //! 127.0.0.1) and one through `<name>-rw`'s ClusterIP. Faults of the master of a 3 + 3 cluster:
 //!
 //! - `partition` 40 s (cut off the network);
+//! - `sentinels-cut-off` 20 s (a one-way cut, ADR 0041: the master drops what its Sentinels send to
+//!   its Valkey port, while it still reaches them — they fail it over, it must be fenced first);
 //! - `pause` (SIGSTOP of its valkey container; the sidecar keeps running) for 15 s, then 60 s on
 //!   the same cluster.
 //!
@@ -21,6 +23,7 @@
 
 use vko_e2e::{fence_measure, fence_support, ha_support, operator_support};
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use fence_measure::{LostSplit, acks_stopped, split_lost};
@@ -45,6 +48,11 @@ const SLACK: Duration = Duration::from_millis(500);
 /// Lost writes are allowed only among those acknowledged this long after the window start.
 const BOUND: Duration = Duration::from_millis(2_750);
 const _: () = assert!(BOUND.as_millis() == F.as_millis() + POLL.as_millis() + SLACK.as_millis());
+/// Sentinel PINGs the master every second: after a one-way cut its first unanswered PING, from
+/// which the fence's F runs (ADR 0041), is sent up to this long after the cut.
+const SENTINEL_PING_PERIOD: Duration = Duration::from_secs(1);
+/// The master's Valkey port, which a one-way cut closes to its Sentinels.
+const VALKEY_PORT: u16 = 6379;
 /// A write acknowledged this long after the fault's request returned still counts as
 /// acknowledged at the fault (its OK was in flight); no failover is that fast.
 const FAULT_LANDED_SLACK: Duration = Duration::from_millis(100);
@@ -93,6 +101,9 @@ enum FaultKind {
     Partition,
     /// The master's valkey container SIGSTOPped, then SIGCONTed.
     Pause,
+    /// A one-way cut: the master drops what its Sentinels send to its Valkey port (they cannot
+    /// PING it and fail it over), while it still asks them and hears their answers.
+    SentinelsCutOff,
 }
 
 impl FaultKind {
@@ -100,13 +111,29 @@ impl FaultKind {
         match self {
             FaultKind::Partition => "partition",
             FaultKind::Pause => "pause",
+            FaultKind::SentinelsCutOff => "sentinels-cut-off",
         }
     }
 
-    fn start(self, ns: &str, pod: &str) -> Fault {
+    /// Lost writes are allowed only among those acknowledged this long after the window start,
+    /// and the in-netns writer's OKs must have stopped by then.
+    fn bound(self) -> Duration {
+        match self {
+            FaultKind::Partition | FaultKind::Pause => BOUND,
+            FaultKind::SentinelsCutOff => BOUND + SENTINEL_PING_PERIOD,
+        }
+    }
+
+    fn start(self, ns: &str, pod: &str, sentinels: &[Ipv4Addr]) -> Fault {
         let (namespace, pod) = (ns.to_owned(), pod.to_owned());
         match self {
             FaultKind::Partition => Fault::Partition { namespace, pod },
+            FaultKind::SentinelsCutOff => Fault::BlockInbound {
+                namespace,
+                pod,
+                port: VALKEY_PORT,
+                from: sentinels.to_vec(),
+            },
             FaultKind::Pause => Fault::Pause {
                 namespace,
                 pod,
@@ -115,10 +142,16 @@ impl FaultKind {
         }
     }
 
-    fn end(self, ns: &str, pod: &str) -> Fault {
+    fn end(self, ns: &str, pod: &str, sentinels: &[Ipv4Addr]) -> Fault {
         let (namespace, pod) = (ns.to_owned(), pod.to_owned());
         match self {
             FaultKind::Partition => Fault::Heal { namespace, pod },
+            FaultKind::SentinelsCutOff => Fault::UnblockInbound {
+                namespace,
+                pod,
+                port: VALKEY_PORT,
+                from: sentinels.to_vec(),
+            },
             FaultKind::Pause => Fault::Resume {
                 namespace,
                 pod,
@@ -222,9 +255,24 @@ impl Run {
         // acknowledged is checked for loss like every write.
         if self.inside_acked_late > 0 && self.new_master != self.old_master {
             v.push(format!(
-                "{} OKs of the in-netns writer later than {BOUND:?} after the window start",
-                self.inside_acked_late
+                "{} OKs of the in-netns writer later than {:?} after the window start",
+                self.inside_acked_late,
+                self.kind.bound()
             ));
+        }
+        if self.kind == FaultKind::SentinelsCutOff {
+            // ADR 0041: fenced before any Sentinel may flag it down, so before the failover the
+            // cut makes them start: nothing acknowledged is lost, not even within the bound.
+            let lost = self.lost.in_window + self.lost.at_the_fault + self.lost.outside.len();
+            if lost > 0 {
+                v.push(format!("{lost} acknowledged writes lost to a one-way cut"));
+            }
+            if self.new_master == self.old_master {
+                v.push("no failover during the one-way cut: the fault tested nothing".into());
+            }
+            if self.fenced_after.is_none() {
+                v.push("the in-netns writer's OKs never stopped".into());
+            }
         }
         if self.samples.samples < 100 {
             v.push(format!("too few samples: {}", self.samples.samples));
@@ -297,9 +345,21 @@ async fn fault_once(
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 
+    let pods = Pods::list(client, ns).await?;
+    let sentinels: Vec<Ipv4Addr> = pods
+        .names_with_prefix(&format!("{NAME}-sentinel-"))
+        .iter()
+        .filter_map(|pod| pods.ip(pod)?.parse().ok())
+        .collect();
+    anyhow::ensure!(
+        !topology.sentinel() || sentinels.len() == 3,
+        "Sentinel pod IPs: {sentinels:?}"
+    );
     eprintln!("{} of the master {old_master} for {hold:?}", kind.label());
     let fault_at = Instant::now();
-    testbed.fault(kind.start(ns, &old_master)).await?;
+    testbed
+        .fault(kind.start(ns, &old_master, &sentinels))
+        .await?;
     // The fault is in place when its request returns; an OK the server sent just before (a
     // write it had not yet replicated) may be read a little later.
     let fault_landed = Instant::now() + FAULT_LANDED_SLACK;
@@ -308,10 +368,10 @@ async fn fault_once(
     // request and its answer, and a write it acknowledges then (one queued while it was stopped)
     // is acknowledged after the resume, not during the fault.
     let ending = Instant::now();
-    testbed.fault(kind.end(ns, &old_master)).await?;
+    testbed.fault(kind.end(ns, &old_master, &sentinels)).await?;
     let ended = Instant::now();
     let window_start = match kind {
-        FaultKind::Partition => fault_at,
+        FaultKind::Partition | FaultKind::SentinelsCutOff => fault_at,
         FaultKind::Pause => ending,
     };
     let new_master = match whole(client, ns, topology, settle).await {
@@ -359,17 +419,17 @@ async fn fault_once(
             acks.first_errors.iter().take(4).collect::<Vec<_>>()
         );
     }
-    let lost = split_lost(&lost, fault_at, fault_landed, window_start, BOUND);
+    let lost = split_lost(&lost, fault_at, fault_landed, window_start, kind.bound());
     // Until the heal a partitioned master's OKs count; a resumed one is watched until whole.
     let until = match kind {
-        FaultKind::Partition => ended,
+        FaultKind::Partition | FaultKind::SentinelsCutOff => ended,
         FaultKind::Pause => whole_at,
     };
     let fenced_after = acks_stopped(&inside.at, window_start, until, BLOCKED_GAP);
     let inside_acked_late = inside
         .at
         .iter()
-        .filter(|&&at| at > window_start + BOUND && at <= until)
+        .filter(|&&at| at > window_start + kind.bound() && at <= until)
         .count();
     let run = Run {
         kind,
@@ -384,11 +444,11 @@ async fn fault_once(
         samples,
     };
     eprintln!(
-        "MEASURED fencing {} {} {hold:?} (window from the {}): {} acknowledged writes lost inside the window, the last {:?} after its start (F {F:?}), {} acknowledged as the fault hit (not yet replicated), {} outside; the in-netns writer's OKs stopped {:?} after the window start, {} OKs later than {BOUND:?}; samples {} (longest interval {:?}, {} watch errors, blind at most {:?}): at most {} pods labelled master ({:?} at {:?}), at most {} -rw endpoints ({:?}); {} -> {}",
+        "MEASURED fencing {} {} {hold:?} (window from the {}): {} acknowledged writes lost inside the window, the last {:?} after its start (F {F:?}), {} acknowledged as the fault hit (not yet replicated), {} outside; the in-netns writer's OKs stopped {:?} after the window start, {} OKs later than {:?}; samples {} (longest interval {:?}, {} watch errors, blind at most {:?}): at most {} pods labelled master ({:?} at {:?}), at most {} -rw endpoints ({:?}); {} -> {}",
         topology.label(),
         kind.label(),
         match kind {
-            FaultKind::Partition => "cut",
+            FaultKind::Partition | FaultKind::SentinelsCutOff => "cut",
             FaultKind::Pause => "resume",
         },
         run.lost.in_window,
@@ -397,6 +457,7 @@ async fn fault_once(
         run.lost.outside.len(),
         run.fenced_after,
         run.inside_acked_late,
+        kind.bound(),
         run.samples.samples,
         run.samples.longest_interval,
         run.samples.watch_errors,
@@ -511,7 +572,9 @@ async fn exclusive_a_paused_master_without_sentinel_acknowledges_nothing_past_f_
 }
 
 /// One 3 + 3, first with its Sentinels answering in turn (ADR 0040), then its master partitioned
-/// for 40 s (ADR 0019): not fenced by the one, fenced within F by the other.
+/// for 40 s (ADR 0019): not fenced by the one, fenced within F by the other; then its new master
+/// cut off one way for 20 s (ADR 0041: its Sentinels cannot PING it, it still hears them): fenced
+/// before they fail it over, nothing lost.
 ///
 /// The turns: one Sentinel stopped throughout (as one being replaced in a roll) and the other two
 /// stopped in turn (SIGSTOP), 1.3 s each, the next stopped as the previous resumes. A round of the
@@ -536,6 +599,14 @@ async fn exclusive_a_master_is_not_fenced_by_sentinels_answering_in_turn_but_is_
         Topology::ThreePlusThree,
         FaultKind::Partition,
         Duration::from_secs(40),
+    )
+    .await
+    .unwrap();
+    assert_fenced(
+        &test,
+        Topology::ThreePlusThree,
+        FaultKind::SentinelsCutOff,
+        Duration::from_secs(20),
     )
     .await
     .unwrap();

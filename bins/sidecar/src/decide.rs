@@ -61,7 +61,8 @@ pub fn authority_proof(
 }
 
 /// One answer as the fencer holds it (ADR 0040): its vote and promotion, from the ask that began
-/// at `asked_at`.
+/// at `asked_at`, vouching from its oldest unanswered PING (ADR 0041,
+/// [`MasterReach::vouch_wait`](crate::topology::MasterReach::vouch_wait)).
 pub fn held_answer(answer: &SentinelAnswer, asked_at: Duration) -> HeldAnswer<Endpoint> {
     HeldAnswer {
         answer: FenceAnswer {
@@ -69,6 +70,7 @@ pub fn held_answer(answer: &SentinelAnswer, asked_at: Duration) -> HeldAnswer<En
             promoting: answer.promoting.clone(),
         },
         asked_at,
+        unanswered_ping: answer.reach.vouch_wait(),
     }
 }
 
@@ -268,7 +270,46 @@ mod tests {
             known_sentinels: known,
             config_epoch: epoch,
             promoting: None,
+            reach: crate::topology::MasterReach::Waited(Duration::ZERO),
         })
+    }
+
+    #[test]
+    fn a_vote_vouches_from_its_sentinels_oldest_unanswered_ping() {
+        use crate::topology::MasterReach;
+        let me = ep(0);
+        let answer = |reach| SentinelAnswer {
+            reach,
+            ..vote(1, 0, 3, 1).unwrap()
+        };
+        let at = Duration::from_secs(10);
+        let f = Duration::from_secs(2);
+        let held = |a: &SentinelAnswer| held_answer(a, at);
+        let proof = |reaches: [MasterReach; 2]| {
+            let answers: Vec<_> = reaches.iter().map(|r| held(&answer(*r))).collect();
+            held_proof(&me, &answers, 3, at, f)
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(
+            proof([MasterReach::Waited(ms(0)), MasterReach::Waited(ms(0))]),
+            Some(at)
+        );
+        assert_eq!(
+            proof([MasterReach::Waited(ms(300)), MasterReach::Waited(ms(0))]),
+            Some(at - ms(300)),
+            "dated back by the wait"
+        );
+        for worse in [
+            MasterReach::Waited(f),
+            MasterReach::FlagsDown,
+            MasterReach::Unsaid,
+        ] {
+            assert_eq!(
+                proof([worse, MasterReach::Waited(ms(0))]),
+                None,
+                "{worse:?} vouches for nothing"
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::decide;
 use crate::error::{Result, SidecarError};
 use crate::lease_api::{HeldLease, LeaseApi, Written};
 use crate::node::Node;
-use crate::topology::{Endpoint, PeerEvidence, SentinelAnswer, ask_sentinels, probe};
+use crate::topology::{Endpoint, MasterReach, PeerEvidence, SentinelAnswer, ask_sentinels, probe};
 
 /// F must stay below Sentinel's down-after: Sentinel starts a failover only after the master has
 /// been unreachable that long, and the old master must have stopped acknowledging by then.
@@ -66,6 +66,9 @@ impl Default for FenceSettings {
 const MIN_ASK: Duration = Duration::from_millis(100);
 /// The local server answers ROLE / CLIENT PAUSE within this or is treated as not answering.
 const LOCAL_TIMEOUT: Duration = Duration::from_millis(500);
+/// A Sentinel's PING answered within this is the normal case, not worth a word in the fence log
+/// (Sentinel PINGs every second; the reply takes well under a millisecond).
+const UNANSWERED_PING_WORTH_NAMING: Duration = Duration::from_millis(500);
 
 /// `fence_after` checked against Sentinel's down-after (a `--fence-after-ms` given at start).
 pub fn check_fence_after(fence_after: Duration) -> Result<Duration> {
@@ -555,9 +558,28 @@ impl Fencer {
         };
         let named = decide::sentinel_master(&answers, discovered).filter(|m| m != node.me());
         let naming_me = fresh.iter().filter(|(a, _)| a.master == *node.me()).count();
+        // ADR 0041: how the Sentinel naming this pod that hears it worst hears it.
+        let worst_reach = fresh
+            .iter()
+            .filter(|(a, _)| a.master == *node.me())
+            .map(|(a, _)| a.reach)
+            .max_by_key(|reach| reach.vouch_wait())
+            .filter(|reach| reach.vouch_wait() >= UNANSWERED_PING_WORTH_NAMING);
         let view = format!(
-            "{} of {discovered} Sentinels answered within F, {naming_me} name this pod{}{}{}",
+            "{} of {discovered} Sentinels answered within F, {naming_me} name this pod{}{}{}{}",
             fresh.len(),
+            worst_reach
+                .map(|reach| match reach {
+                    MasterReach::Waited(waited) => format!(
+                        ", one has waited {} ms for this pod to answer its PING",
+                        waited.as_millis()
+                    ),
+                    MasterReach::FlagsDown => ", one flags this pod down".into(),
+                    MasterReach::Unsaid => {
+                        ", one did not say when this pod last answered its PING".into()
+                    }
+                })
+                .unwrap_or_default(),
             named
                 .as_ref()
                 .map(|m| format!(", the majority names {m}"))

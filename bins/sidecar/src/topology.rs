@@ -297,6 +297,31 @@ pub struct SentinelAnswer {
     pub config_epoch: u64,
     /// While this Sentinel runs a failover of `master`: the replica it promotes (ADR 0030).
     pub promoting: Option<Endpoint>,
+    /// How it hears `master` (ADR 0041).
+    pub reach: MasterReach,
+}
+
+/// How a Sentinel hears the master it names (ADR 0041): what its vote vouches from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasterReach {
+    /// It has counted the master as not answering its PINGs this long (zero: every PING
+    /// answered), the time it flags the master down on once above `down-after`.
+    Waited(Duration),
+    /// It flags the master `s_down` or `o_down` already.
+    FlagsDown,
+    /// Its answer did not say.
+    Unsaid,
+}
+
+impl MasterReach {
+    /// How far back its vote vouches: a Sentinel that flags the master down, or does not say,
+    /// vouches for nothing (as if it had waited forever).
+    pub fn vouch_wait(self) -> Duration {
+        match self {
+            MasterReach::Waited(waited) => waited,
+            MasterReach::FlagsDown | MasterReach::Unsaid => Duration::MAX,
+        }
+    }
 }
 
 async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<SentinelAnswer> {
@@ -337,6 +362,15 @@ async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<Sen
     };
     match answer.await {
         Ok((m, promoting)) => Some(SentinelAnswer {
+            reach: if m.flags.contains(&InstanceFlag::SDown)
+                || m.flags.contains(&InstanceFlag::ODown)
+            {
+                MasterReach::FlagsDown
+            } else {
+                m.unanswered_for_ms().map_or(MasterReach::Unsaid, |ms| {
+                    MasterReach::Waited(Duration::from_millis(ms))
+                })
+            },
             sentinel: sentinel.clone(),
             master: Endpoint::new(m.host, m.port),
             known_sentinels: m.num_other_sentinels + 1,

@@ -9,7 +9,9 @@
 //! acknowledges no write anyway). Sentinel promotes another pod only after the master has been
 //! unreachable for its `down-after` period, so with F well below it the old master stops
 //! acknowledging before a new one can start: at most F of acknowledged writes (plus one poll) are
-//! lost to a master cut off from its Sentinel majority.
+//! lost to a master cut off from its Sentinel majority. A Sentinel's vote counts from its oldest
+//! unanswered PING to the master (ADR 0041), so a master its Sentinels cannot reach while it
+//! still reaches them (a one-way cut) is fenced too, before any of them may flag it down.
 //!
 //! Times are durations on one monotonic clock the caller reads (e.g. since its start): this crate
 //! reads no clock.
@@ -171,19 +173,39 @@ pub fn authority_proof<K: PartialEq + Clone>(
         .then_some(Proof::Promotion)
 }
 
-/// One Sentinel's latest answer as the fencer holds it (ADR 0040), and when the ask that got it
-/// began (on the caller's clock).
+/// One Sentinel's latest answer as the fencer holds it (ADR 0040), when the ask that got it
+/// began (on the caller's clock), and how long that Sentinel's PINGs to the master it names had
+/// gone unanswered (ADR 0041).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldAnswer<K> {
     pub answer: FenceAnswer<K>,
     pub asked_at: Duration,
+    /// How long the Sentinel has counted the master it names as not answering its PINGs (the age
+    /// of its oldest unanswered PING; zero when every PING was answered). A Sentinel flags the
+    /// master `s_down` only once this exceeds its `down-after`.
+    pub unanswered_ping: Duration,
+}
+
+impl<K> HeldAnswer<K> {
+    /// ADR 0041: from when this answer vouches for the master it names — the moment the
+    /// Sentinel's oldest unanswered PING was sent (at the latest), not the moment it answered. A
+    /// Sentinel that names this master but cannot reach it (a one-way cut: the master still
+    /// reaches its Sentinels) vouches from ever further back, so its vote ages out of F while its
+    /// PING is pending, long before it may flag the master down.
+    pub fn vouches_from(&self) -> Duration {
+        self.asked_at.saturating_sub(self.unanswered_ping)
+    }
 }
 
 /// ADR 0040: the authority proven over each Sentinel's latest answer rather than one round's.
 /// Counted are the answers younger than F (`fence_after`); when a strict majority of the
-/// electorate (sized over those answers) names `me`, the authority counts as proven from the
-/// oldest vote of the youngest such majority — never later than a vote it rests on, so a master
-/// cut off from its Sentinels at `t` is still fenced by `t + F`. Answers naming another pod or
+/// electorate (sized over those answers) names `me` with votes vouching younger than F
+/// ([`HeldAnswer::vouches_from`], ADR 0041), the authority counts as proven from the oldest vote
+/// of the youngest such majority — never later than a vote it rests on, so a master cut off from
+/// its Sentinels at `t` (either way: it cannot ask them, or they cannot PING it) is fenced by
+/// `t + F` plus one Sentinel PING period. A Sentinel flags the master down only once its oldest
+/// unanswered PING is `down-after` (D > F) old, and a failover needs a majority flagging it, which
+/// shares a member with the proving majority: no failover can start before the fence. Answers naming another pod or
 /// none count against it exactly as in one round: a majority is one of the whole electorate, so
 /// at most one pod has one. One round of answers proves exactly what [`proves_authority`] proves
 /// on it; what this adds is a majority whose members answered at different moments within F (one
@@ -203,7 +225,8 @@ pub fn held_majority_proof<K: PartialEq + Clone>(
     let mut naming_me: Vec<Duration> = fresh
         .iter()
         .filter(|h| h.answer.vote.master.as_ref() == Some(me))
-        .map(|h| h.asked_at)
+        .map(|h| h.vouches_from())
+        .filter(|&from| now - from < fence_after)
         .collect();
     naming_me.sort_unstable_by(|a, b| b.cmp(a));
     naming_me.get(counted.needed() - 1).copied()
@@ -269,6 +292,15 @@ mod tests {
                 promoting: None,
             },
             asked_at: ms(asked_at),
+            unanswered_ping: Duration::ZERO,
+        }
+    }
+
+    /// An answer whose Sentinel's PING to the master has waited `pending` ms.
+    fn deaf(master: Option<&'static str>, asked_at: u64, pending: u64) -> HeldAnswer<&'static str> {
+        HeldAnswer {
+            unanswered_ping: ms(pending),
+            ..held(master, asked_at)
         }
     }
 
@@ -361,6 +393,39 @@ mod tests {
                 None,
                 "a vote from the future is none",
             ),
+            (
+                vec![deaf(Some(me), 10_000, 300), held(Some(me), 10_000)],
+                Some(9_700),
+                "a pending PING dates its vote back",
+            ),
+            (
+                vec![deaf(Some(me), 10_000, 2_000), held(Some(me), 10_000)],
+                None,
+                "a PING unanswered for F: the vote vouches nothing",
+            ),
+            (
+                vec![
+                    deaf(Some(me), 10_000, 2_500),
+                    deaf(Some(me), 10_000, 1_200),
+                    held(Some(me), 9_900),
+                ],
+                Some(8_800),
+                "one Sentinel cannot reach me: the other two still prove",
+            ),
+            (
+                vec![
+                    deaf(Some(me), 10_000, 5_100),
+                    deaf(Some(me), 10_000, 4_000),
+                    held(Some(me), 10_000),
+                ],
+                None,
+                "two of three cannot PING me (one-way cut): no majority, however fresh the answers",
+            ),
+            (
+                vec![deaf(Some(me), 10_000, 12_000), held(Some(me), 10_000)],
+                None,
+                "a PING pending since before the clock started: vouches from 0",
+            ),
         ];
         for (answers, want, why) in cases {
             assert_eq!(
@@ -414,6 +479,37 @@ mod tests {
                     assert_eq!(proof, None, "{now}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_master_its_sentinels_cannot_ping_is_fenced_before_they_may_flag_it_down() {
+        // A one-way cut at `cut`: every Sentinel keeps answering the master's asks and naming it,
+        // but from the first PING after the cut (within one PING period) none is answered. At every
+        // later instant the proof, if any, is younger than F, and once F has passed since the first
+        // unanswered PING nothing proves — while a Sentinel flags the master down only when its
+        // PING is D (5 s) old.
+        let me = "vk-0";
+        let (cut, ping_period, d) = (10_000u64, 1_000u64, 5_000u64);
+        for first_unanswered in [cut, cut + 1, cut + ping_period / 2, cut + ping_period - 1] {
+            for now in cut..cut + 10_000 {
+                // Asked every 250 ms; each answer carries that Sentinel's pending PING age then.
+                let asked = now - now % 250;
+                let pending = asked.saturating_sub(first_unanswered);
+                let answers = vec![
+                    deaf(Some(me), asked, pending),
+                    deaf(Some(me), asked, pending),
+                    deaf(Some(me), asked, pending),
+                ];
+                let proof = held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(now), F);
+                if now >= first_unanswered + F.as_millis() as u64 {
+                    assert_eq!(proof, None, "{first_unanswered} {now}");
+                }
+                if let Some(at) = proof {
+                    assert!(at <= ms(first_unanswered.max(asked)), "{now}: {at:?}");
+                }
+            }
+            assert!(F.as_millis() as u64 + 250 < d, "fenced with D - F to spare");
         }
     }
 

@@ -41,6 +41,21 @@ pub enum Fault {
     Partition { namespace: String, pod: String },
     /// Undo [`Fault::Partition`].
     Heal { namespace: String, pod: String },
+    /// A one-way cut: the pod drops every TCP packet to its `port` from the addresses `from`,
+    /// while it still reaches them (its own connections to them, and their replies, pass).
+    BlockInbound {
+        namespace: String,
+        pod: String,
+        port: u16,
+        from: Vec<std::net::Ipv4Addr>,
+    },
+    /// Undo [`Fault::BlockInbound`] (the same fields).
+    UnblockInbound {
+        namespace: String,
+        pod: String,
+        port: u16,
+        from: Vec<std::net::Ipv4Addr>,
+    },
     /// SIGSTOP the container's process group.
     Pause {
         namespace: String,
@@ -108,6 +123,30 @@ impl Fault {
                 let (namespace, pod) = pod_ref(pod)?;
                 Fault::Heal { namespace, pod }
             }
+            ([verb @ ("block-inbound" | "unblock-inbound"), _, port, from], [_, pod, _, _]) => {
+                let (namespace, pod) = pod_ref(pod)?;
+                let port = port.parse().map_err(|_| usage())?;
+                let from = from
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<std::result::Result<Vec<std::net::Ipv4Addr>, _>>()
+                    .map_err(|_| usage())?;
+                if *verb == "block-inbound" {
+                    Fault::BlockInbound {
+                        namespace,
+                        pod,
+                        port,
+                        from,
+                    }
+                } else {
+                    Fault::UnblockInbound {
+                        namespace,
+                        pod,
+                        port,
+                        from,
+                    }
+                }
+            }
             (["stop-node", node], _) => Fault::StopNode {
                 node: node.to_string(),
             },
@@ -130,7 +169,8 @@ impl Fault {
 /// How `cargo xtask testbed fault` is called.
 pub const USAGE: &str = "usage: fault crash <ns>/<pod> <container> | delete-pod <ns>/<pod> | \
 stop-node <node> | start-node <node> | pause-heartbeats <node> | resume-heartbeats <node> | \
-partition <ns>/<pod> | heal <ns>/<pod> | pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver";
+partition <ns>/<pod> | heal <ns>/<pod> | block-inbound <ns>/<pod> <port> <ip>[,<ip>…] | \
+unblock-inbound <ns>/<pod> <port> <ip>[,<ip>…] | pause <ns>/<pod> <container> | resume <ns>/<pod> <container> | restart-apiserver";
 
 /// The control socket of the testbed whose state lives in `state_dir`.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
@@ -302,6 +342,24 @@ mod tests {
             }
         );
         assert_eq!(
+            Fault::parse(&args("block-inbound ns1/pod-0 6379 10.0.0.7,10.0.0.9")).unwrap(),
+            Fault::BlockInbound {
+                namespace: "ns1".into(),
+                pod: "pod-0".into(),
+                port: 6379,
+                from: vec![[10, 0, 0, 7].into(), [10, 0, 0, 9].into()],
+            }
+        );
+        assert_eq!(
+            Fault::parse(&args("unblock-inbound ns1/pod-0 6379 10.0.0.7")).unwrap(),
+            Fault::UnblockInbound {
+                namespace: "ns1".into(),
+                pod: "pod-0".into(),
+                port: 6379,
+                from: vec![[10, 0, 0, 7].into()],
+            }
+        );
+        assert_eq!(
             Fault::parse(&args("stop-node node-2")).unwrap(),
             Fault::StopNode {
                 node: "node-2".into()
@@ -324,6 +382,9 @@ mod tests {
             Fault::RestartApiserver
         );
         for bad in [
+            "block-inbound ns/pod 6379",
+            "block-inbound ns/pod port 10.0.0.7",
+            "block-inbound ns/pod 6379 10.0.0",
             "crash pod-0 valkey",
             "crash ns/pod",
             "pause /pod c",

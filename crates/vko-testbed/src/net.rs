@@ -151,6 +151,26 @@ impl Network {
         Ok(())
     }
 
+    /// A one-way cut: inside the pod's namespace, drops TCP packets to `port` from each of `from`
+    /// (iptables' INPUT chain of that namespace, which goes with the pod). The pod still reaches
+    /// them: its connections to them use other ports.
+    pub fn block_inbound(&self, net: &PodNet, port: u16, from: &[Ipv4Addr]) -> Result<()> {
+        for source in from {
+            pod_iptables(net, "-A", port, *source)?;
+        }
+        Ok(())
+    }
+
+    /// Reverses [`Network::block_inbound`] (a rule already gone is fine).
+    pub fn unblock_inbound(&self, net: &PodNet, port: u16, from: &[Ipv4Addr]) -> Result<()> {
+        for source in from {
+            while pod_iptables(net, "-C", port, *source).is_ok() {
+                pod_iptables(net, "-D", port, *source)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes every `vkotb-*` network namespace (with its veth) and the bridge.
     pub fn teardown(&self) -> Result<()> {
         let _lock = lock_allocation()?;
@@ -541,6 +561,16 @@ fn run_ip(args: &[&str]) -> Result<std::process::Output> {
 }
 
 /// Runs `ip ARGS`, returning its stdout; a non-zero exit is an error carrying its stderr.
+/// One `iptables` rule operation (`-A`, `-C`, `-D`) on the drop rule of
+/// [`Network::block_inbound`], inside the pod's network namespace.
+fn pod_iptables(net: &PodNet, operation: &str, port: u16, source: Ipv4Addr) -> Result<String> {
+    let (port, source) = (port.to_string(), source.to_string());
+    ip(&[
+        "netns", "exec", &net.netns, "iptables", "-w", operation, "INPUT", "-p", "tcp", "-s",
+        &source, "--dport", &port, "-j", "DROP",
+    ])
+}
+
 fn ip(args: &[&str]) -> Result<String> {
     let output = run_ip(args)?;
     if !output.status.success() {

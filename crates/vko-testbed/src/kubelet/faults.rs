@@ -77,6 +77,18 @@ pub async fn apply(
             network.partition(&pod_net(handles, namespace, pod)?)
         }
         Fault::Heal { namespace, pod } => network.heal(&pod_net(handles, namespace, pod)?),
+        Fault::BlockInbound {
+            namespace,
+            pod,
+            port,
+            from,
+        } => network.block_inbound(&pod_net(handles, namespace, pod)?, *port, from),
+        Fault::UnblockInbound {
+            namespace,
+            pod,
+            port,
+            from,
+        } => network.unblock_inbound(&pod_net(handles, namespace, pod)?, *port, from),
         Fault::RestartApiserver => Err(Error::Invalid {
             what: "fault".into(),
             detail: "restarting the API server is the supervisor's, not the kubelet's".into(),

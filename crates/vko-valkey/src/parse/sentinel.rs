@@ -96,6 +96,11 @@ pub struct SentinelMaster {
     pub num_replicas: u32,
     pub num_other_sentinels: u32,
     pub quorum: u32,
+    /// `last-ping-sent`: how long (ms) this Sentinel's oldest unanswered PING to the master has
+    /// been waiting; 0 when every PING was answered.
+    pub last_ping_sent_ms: Option<u64>,
+    /// `last-ok-ping-reply`: ms since the master last gave a valid reply to a PING.
+    pub last_ok_ping_reply_ms: Option<u64>,
     pub failover_timeout_ms: Option<u64>,
     pub down_after_ms: Option<u64>,
     pub parallel_syncs: Option<u32>,
@@ -192,6 +197,8 @@ fn master_from_fields(mut fields: Fields) -> Result<SentinelMaster> {
         num_replicas: fields.required("num-slaves")?,
         num_other_sentinels: fields.required("num-other-sentinels")?,
         quorum: fields.required("quorum")?,
+        last_ping_sent_ms: fields.optional("last-ping-sent")?,
+        last_ok_ping_reply_ms: fields.optional("last-ok-ping-reply")?,
         failover_timeout_ms: fields.optional("failover-timeout")?,
         down_after_ms: fields.optional("down-after-milliseconds")?,
         parallel_syncs: fields.optional("parallel-syncs")?,
@@ -199,6 +206,20 @@ fn master_from_fields(mut fields: Fields) -> Result<SentinelMaster> {
         role_reported: fields.optional("role-reported")?,
         other: fields.rest(),
     })
+}
+
+impl SentinelMaster {
+    /// How long (ms) this Sentinel has counted the master as not answering: what it flags the
+    /// master `s_down` on once above `down-after-milliseconds` (Valkey's
+    /// `sentinelCheckSubjectivelyDown`) — the age of its oldest unanswered PING, or, with none
+    /// pending on a disconnected link, the time since the last valid reply. `None` when the reply
+    /// lacks a field it needs.
+    pub fn unanswered_for_ms(&self) -> Option<u64> {
+        match self.last_ping_sent_ms? {
+            0 if self.flags.contains(&InstanceFlag::Disconnected) => self.last_ok_ping_reply_ms,
+            pending => Some(pending),
+        }
+    }
 }
 
 /// SENTINEL MASTER `<name>`.
@@ -332,6 +353,9 @@ mod tests {
         assert_eq!(master.num_replicas, 1);
         assert_eq!(master.num_other_sentinels, 2);
         assert_eq!(master.quorum, 2);
+        assert_eq!(master.last_ping_sent_ms, Some(0));
+        assert_eq!(master.last_ok_ping_reply_ms, Some(137));
+        assert_eq!(master.unanswered_for_ms(), Some(0), "every PING answered");
         assert_eq!(master.failover_timeout_ms, Some(10000));
         assert_eq!(master.down_after_ms, Some(2000));
         assert_eq!(master.parallel_syncs, Some(1));
@@ -346,6 +370,19 @@ mod tests {
         let master = parse_sentinel_master(reply("sentinel_master_sdown")).unwrap();
         assert_eq!(master.flags, flags(&["s_down", "master", "disconnected"]));
         assert!(master.flags.is_down());
+        // Down because its PING waited longer than down-after (2000 ms).
+        assert_eq!(master.unanswered_for_ms(), Some(2086));
+        // Disconnected with no PING pending: Sentinel counts from the last valid reply.
+        let idle = SentinelMaster {
+            last_ping_sent_ms: Some(0),
+            ..master.clone()
+        };
+        assert_eq!(idle.unanswered_for_ms(), Some(2626));
+        let connected = SentinelMaster {
+            flags: flags(&["master"]),
+            ..idle
+        };
+        assert_eq!(connected.unanswered_for_ms(), Some(0));
         assert!(master.other.contains_key("s-down-time"));
     }
 
