@@ -71,6 +71,7 @@ pub fn held_answer(answer: &SentinelAnswer, asked_at: Duration) -> HeldAnswer<En
         },
         asked_at,
         unanswered_ping: answer.reach.vouch_wait(),
+        lists_replicas: answer.lists_replicas,
     }
 }
 
@@ -80,10 +81,12 @@ pub fn held_proof(
     me: &Endpoint,
     held: &[HeldAnswer<Endpoint>],
     discovered: usize,
+    local_replicas: usize,
     now: Duration,
     fence_after: Duration,
 ) -> Option<Duration> {
-    vko_authority::held_majority_proof(me, Electorate::new(0, discovered), held, now, fence_after)
+    let electorate = Electorate::new(0, discovered);
+    vko_authority::held_majority_proof(me, electorate, held, local_replicas, now, fence_after)
 }
 
 /// `sentinel-init`: where a (re)starting Sentinel points its monitor. The master a majority of
@@ -271,6 +274,7 @@ mod tests {
             config_epoch: epoch,
             promoting: None,
             reach: crate::topology::MasterReach::Waited(Duration::ZERO),
+            lists_replicas: true,
         })
     }
 
@@ -287,7 +291,7 @@ mod tests {
         let held = |a: &SentinelAnswer| held_answer(a, at);
         let proof = |reaches: [MasterReach; 2]| {
             let answers: Vec<_> = reaches.iter().map(|r| held(&answer(*r))).collect();
-            held_proof(&me, &answers, 3, at, f)
+            held_proof(&me, &answers, 3, 1, at, f)
         };
         let ms = Duration::from_millis;
         assert_eq!(

@@ -175,6 +175,8 @@ struct Fencer {
     last_view: Option<String>,
     /// The local role seen by the last round that reached the server.
     was_master: Option<bool>,
+    /// How many replicas the local server listed then (`ROLE`).
+    local_replicas: usize,
     /// Without Sentinel: the master Lease as last read or written, and what it says.
     lease: Option<HeldLease>,
     lease_seen: LeaseSeen,
@@ -198,6 +200,7 @@ pub async fn fence_loop(node: Arc<Node>, state: Arc<FenceState>, settings: Fence
         askers: Askers::default(),
         last_view: None,
         was_master: None,
+        local_replicas: 0,
         lease: None,
         lease_seen: LeaseSeen::Unknown {
             renew_started: None,
@@ -245,6 +248,7 @@ pub async fn lease_fence_loop(
         askers: Askers::default(),
         last_view: None,
         was_master: None,
+        local_replicas: 0,
         lease: None,
         lease_seen: LeaseSeen::Unknown {
             renew_started: None,
@@ -285,10 +289,18 @@ impl Fencer {
         self.local.as_ref()
     }
 
+    /// Whether the local server is master, and how many replicas it lists (ADR 0041: a replica
+    /// Sentinel could promote makes the Sentinels' waits matter).
     async fn local_is_master(&mut self) -> Option<bool> {
         let local = self.local().await?;
         match tokio::time::timeout(LOCAL_TIMEOUT, local.role()).await {
-            Ok(Ok(role)) => Some(matches!(role, RoleReply::Master { .. })),
+            Ok(Ok(role)) => {
+                self.local_replicas = match &role {
+                    RoleReply::Master { replicas, .. } => replicas.len(),
+                    _ => 0,
+                };
+                Some(matches!(role, RoleReply::Master { .. }))
+            }
             _ => {
                 self.local = None;
                 None
@@ -548,7 +560,14 @@ impl Fencer {
             .iter()
             .map(|(a, at)| decide::held_answer(a, *at))
             .collect();
-        let majority_at = decide::held_proof(node.me(), &held, discovered, now, fence_after);
+        let majority_at = decide::held_proof(
+            node.me(),
+            &held,
+            discovered,
+            self.local_replicas,
+            now,
+            fence_after,
+        );
         let proof = decide::authority_proof(node.me(), &answers, discovered);
         let proven_at = match (majority_at, proof) {
             (Some(at), _) => Some(at),

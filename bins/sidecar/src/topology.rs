@@ -299,6 +299,8 @@ pub struct SentinelAnswer {
     pub promoting: Option<Endpoint>,
     /// How it hears `master` (ADR 0041).
     pub reach: MasterReach,
+    /// It lists a replica of `master` (`num-slaves` > 0), one it could promote.
+    pub lists_replicas: bool,
 }
 
 /// How a Sentinel hears the master it names (ADR 0041): what its vote vouches from.
@@ -371,6 +373,7 @@ async fn ask_one(dialer: &Dialer, sentinel: &Endpoint, name: &str) -> Option<Sen
                     MasterReach::Waited(Duration::from_millis(ms))
                 })
             },
+            lists_replicas: m.num_replicas > 0,
             sentinel: sentinel.clone(),
             master: Endpoint::new(m.host, m.port),
             known_sentinels: m.num_other_sentinels + 1,

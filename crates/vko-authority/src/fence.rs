@@ -184,6 +184,8 @@ pub struct HeldAnswer<K> {
     /// of its oldest unanswered PING; zero when every PING was answered). A Sentinel flags the
     /// master `s_down` only once this exceeds its `down-after`.
     pub unanswered_ping: Duration,
+    /// The Sentinel lists a replica of the master (`num-slaves` > 0): one it could promote.
+    pub lists_replicas: bool,
 }
 
 impl<K> HeldAnswer<K> {
@@ -205,15 +207,23 @@ impl<K> HeldAnswer<K> {
 /// its Sentinels at `t` (either way: it cannot ask them, or they cannot PING it) is fenced by
 /// `t + F` plus one Sentinel PING period. A Sentinel flags the master down only once its oldest
 /// unanswered PING is `down-after` (D > F) old, and a failover needs a majority flagging it, which
-/// shares a member with the proving majority: no failover can start before the fence. Answers naming another pod or
-/// none count against it exactly as in one round: a majority is one of the whole electorate, so
-/// at most one pod has one. One round of answers proves exactly what [`proves_authority`] proves
-/// on it; what this adds is a majority whose members answered at different moments within F (one
-/// of two live Sentinels slow or cut off while the third is being replaced).
+/// shares a member with the proving majority: no failover can start before the fence. Answers
+/// naming another pod or none count against it exactly as in one round: a majority is one of the
+/// whole electorate, so at most one pod has one. One round of answers proves exactly what
+/// [`proves_authority`] proves on it; what this adds is a majority whose members answered at
+/// different moments within F (one of two live Sentinels slow or cut off while the third is being
+/// replaced).
+///
+/// The waits matter only where a failover could promote another pod: the master has a replica
+/// (`local_replicas`), or an answering Sentinel lists one. With neither (one data pod) nobody can
+/// be promoted, so nothing acknowledged can be lost to a Sentinel that cannot reach the master,
+/// and votes count from their answers (ADR 0040): a restarted single master on a new pod IP,
+/// which its Sentinels keep dialling at the old one until they restart, is not paused for it.
 pub fn held_majority_proof<K: PartialEq + Clone>(
     me: &K,
     electorate: Electorate,
     held: &[HeldAnswer<K>],
+    local_replicas: usize,
     now: Duration,
     fence_after: Duration,
 ) -> Option<Duration> {
@@ -221,11 +231,18 @@ pub fn held_majority_proof<K: PartialEq + Clone>(
         .iter()
         .filter(|h| h.asked_at <= now && now - h.asked_at < fence_after)
         .collect();
+    let waits_matter = local_replicas > 0 || fresh.iter().any(|h| h.lists_replicas);
     let counted = crate::sentinel::tally(electorate, fresh.iter().map(|h| h.answer.vote.clone()));
     let mut naming_me: Vec<Duration> = fresh
         .iter()
         .filter(|h| h.answer.vote.master.as_ref() == Some(me))
-        .map(|h| h.vouches_from())
+        .map(|h| {
+            if waits_matter {
+                h.vouches_from()
+            } else {
+                h.asked_at
+            }
+        })
         .filter(|&from| now - from < fence_after)
         .collect();
     naming_me.sort_unstable_by(|a, b| b.cmp(a));
@@ -293,6 +310,7 @@ mod tests {
             },
             asked_at: ms(asked_at),
             unanswered_ping: Duration::ZERO,
+            lists_replicas: true,
         }
     }
 
@@ -429,7 +447,7 @@ mod tests {
         ];
         for (answers, want, why) in cases {
             assert_eq!(
-                held_majority_proof(&me, three, &answers, ms(now), F),
+                held_majority_proof(&me, three, &answers, 2, ms(now), F),
                 want.map(ms),
                 "{why}"
             );
@@ -437,7 +455,7 @@ mod tests {
         // A peer reporting five Sentinels needs three.
         let mut five = vec![held(Some(me), 10_000), held(Some(me), 9_000)];
         five[0].answer.vote.known_sentinels = 5;
-        assert_eq!(held_majority_proof(&me, three, &five, ms(now), F), None);
+        assert_eq!(held_majority_proof(&me, three, &five, 2, ms(now), F), None);
     }
 
     #[test]
@@ -456,7 +474,7 @@ mod tests {
                     let votes = answers.iter().map(|h| h.answer.vote.clone());
                     let round = proves_authority(&me, Electorate::new(0, 3), votes);
                     let windowed =
-                        held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(5_000), F);
+                        held_majority_proof(&me, Electorate::new(0, 3), &answers, 2, ms(5_000), F);
                     assert_eq!(windowed.is_some(), round, "{a} {b} {c}");
                 }
             }
@@ -471,7 +489,8 @@ mod tests {
         for last in [1_000u64, 5_000, 9_999] {
             let answers = vec![held(Some(me), last), held(Some(me), last - 500)];
             for now in last..last + 3_000 {
-                let proof = held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(now), F);
+                let proof =
+                    held_majority_proof(&me, Electorate::new(0, 3), &answers, 2, ms(now), F);
                 if let Some(at) = proof {
                     assert!(at <= ms(last) && ms(now) - at < F, "{now}: {at:?}");
                 }
@@ -480,6 +499,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn waits_do_not_matter_where_nobody_could_be_promoted() {
+        let me = "vk-0";
+        let three = Electorate::new(0, 3);
+        let lonely = |pending| HeldAnswer {
+            lists_replicas: false,
+            ..deaf(Some(me), 10_000, pending)
+        };
+        // One data pod: no local replica, no Sentinel lists one. Sentinels dialling a stale IP
+        // (or flagging it down, encoded as waited forever) still vouch from their answers.
+        let answers = vec![lonely(4_000), lonely(u64::MAX / 2), lonely(0)];
+        assert_eq!(
+            held_majority_proof(&me, three, &answers, 0, ms(10_000), F),
+            Some(ms(10_000))
+        );
+        // A replica on either side: the waits count again.
+        assert_eq!(
+            held_majority_proof(&me, three, &answers, 1, ms(10_000), F),
+            None,
+            "the master has a replica"
+        );
+        let mut listed = answers.clone();
+        listed[2].lists_replicas = true;
+        assert_eq!(
+            held_majority_proof(&me, three, &listed, 0, ms(10_000), F),
+            None,
+            "a Sentinel lists a replica it could promote"
+        );
     }
 
     #[test]
@@ -501,7 +550,8 @@ mod tests {
                     deaf(Some(me), asked, pending),
                     deaf(Some(me), asked, pending),
                 ];
-                let proof = held_majority_proof(&me, Electorate::new(0, 3), &answers, ms(now), F);
+                let proof =
+                    held_majority_proof(&me, Electorate::new(0, 3), &answers, 2, ms(now), F);
                 if now >= first_unanswered + F.as_millis() as u64 {
                     assert_eq!(proof, None, "{first_unanswered} {now}");
                 }
