@@ -594,22 +594,14 @@ async fn exclusive_a_master_is_not_fenced_by_sentinels_answering_in_turn_but_is_
         dump_container_logs(&test.client(), test.ns(), 60).await;
     }
     outcome.unwrap();
-    assert_fenced(
-        &test,
-        Topology::ThreePlusThree,
-        FaultKind::Partition,
-        Duration::from_secs(40),
-    )
-    .await
-    .unwrap();
-    assert_fenced(
-        &test,
-        Topology::ThreePlusThree,
-        FaultKind::SentinelsCutOff,
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap();
+    for (kind, hold) in [
+        (FaultKind::Partition, Duration::from_secs(40)),
+        (FaultKind::SentinelsCutOff, Duration::from_secs(20)),
+    ] {
+        assert_fenced(&test, Topology::ThreePlusThree, kind, hold)
+            .await
+            .unwrap();
+    }
     test.cleanup().await.unwrap();
 }
 
