@@ -85,8 +85,9 @@ impl Topology {
 pub enum LossRule {
     /// None, from any writer.
     None,
-    /// None through `-rw`; the client on the master's side only what it was acknowledged within
-    /// [`MASTER_SIDE_BOUND`] of the fault (the fence bound of ADR 0019/0022).
+    /// Only writes acknowledged within [`MASTER_SIDE_BOUND`] of the window's start (the cut of a
+    /// partition, the resume of a paused server: the fence bound of ADR 0019/0022), or in the
+    /// instant the fault hit (acknowledged, not yet replicated, as in a crash); by any writer.
     WithinFenceBound,
     /// Every pod of a cluster without persistence is gone: whatever was acknowledged before
     /// the fault may be lost; nothing acknowledged after the cluster was healthy again.
@@ -127,9 +128,9 @@ const RW_FAILOVER: KnownGap = KnownGap {
 };
 /// A hung master without Sentinel.
 const LEASE_LOOK: KnownGap = KnownGap {
-    why: "nothing in the API changes when a hung holder stops renewing its Lease (its pod stays \
-          Ready until its readiness probe fails three times): the operator sees the Lease \
-          unchanged only when it looks — every 2 s while steady (ADR 0043) — and promotes 6 s \
+    why: "nothing in the API changes when a hung or cut-off holder stops renewing its Lease (a \
+          hung server's pod stays Ready until its readiness probe fails three times): the \
+          operator sees the Lease unchanged only when it looks — every 2 s while steady (ADR 0043) — and promotes 6 s \
           after it first saw that version",
     enforced: Duration::from_secs(16),
 };
@@ -327,7 +328,10 @@ impl Row {
     }
 
     pub fn loss_rule(self) -> LossRule {
-        if self.has_master_side_client() {
+        if matches!(
+            self,
+            Row::MasterPartition40s | Row::MasterPause15s | Row::MasterPause60s
+        ) {
             LossRule::WithinFenceBound
         } else if self == Row::EveryPodDeleted {
             LossRule::NoPersistence
@@ -360,7 +364,9 @@ impl Row {
             Row::MasterDelete | Row::RollingUpdate => Some(RW_SWITCHOVER),
             Row::EveryPodDeleted => Some(EVERY_POD),
             Row::SentinelMajorityStopped => Some(SENTINELS_BACK),
-            Row::MasterPause15s | Row::MasterPause60s if !topology.has_sentinel() => {
+            Row::MasterPause15s | Row::MasterPause60s | Row::MasterPartition40s
+                if !topology.has_sentinel() =>
+            {
                 Some(LEASE_LOOK)
             }
             Row::MasterKill
@@ -414,6 +420,8 @@ pub struct Measurement {
     pub confirmed_lost: u64,
     /// Of the lost, how many were acknowledged after the cluster was healthy again.
     pub lost_after_healthy: u64,
+    /// Of the lost, how many the row's [`LossRule::WithinFenceBound`] does not allow.
+    pub lost_outside_bound: u64,
     pub master_side: Option<MasterSide>,
     /// The longest time between two `OK`s of the plain writer from the fault until it stopped, 300
     /// `OK`s after the cluster was healthy again (ms):
@@ -460,17 +468,33 @@ impl Measurement {
     /// What breaks the row's bound (empty: none).
     pub fn violations(&self) -> Vec<String> {
         let mut broken = Vec::new();
-        if self.lost > 0 {
-            broken.push(format!(
-                "{} acknowledged writes lost through -rw",
-                self.lost
-            ));
+        let rule = self.row.loss_rule();
+        match rule {
+            LossRule::None if self.lost > 0 => {
+                broken.push(format!(
+                    "{} acknowledged writes lost through -rw",
+                    self.lost
+                ));
+            }
+            LossRule::WithinFenceBound if self.lost_outside_bound > 0 => {
+                broken.push(format!(
+                    "{} of {} acknowledged writes lost through -rw outside {MASTER_SIDE_BOUND:?} of the fault",
+                    self.lost_outside_bound, self.lost
+                ));
+            }
+            LossRule::NoPersistence if self.lost_after_healthy > 0 => {
+                broken.push(format!(
+                    "{} writes acknowledged after the cluster was healthy again lost",
+                    self.lost_after_healthy
+                ));
+            }
+            _ => {}
         }
-        if self.confirmed_lost > 0 {
+        if self.confirmed_lost > 0 && rule != LossRule::NoPersistence {
             broken.push(format!("{} confirmed writes lost", self.confirmed_lost));
         }
         if let Some(side) = &self.master_side {
-            let allowed = self.row.loss_rule() == LossRule::WithinFenceBound;
+            let allowed = rule == LossRule::WithinFenceBound;
             if side.lost_outside_bound > 0 || (!allowed && side.lost > 0) {
                 broken.push(format!(
                     "the client on the master's side lost {} ({} outside {MASTER_SIDE_BOUND:?})",
@@ -732,6 +756,7 @@ mod tests {
             confirmed: 100,
             confirmed_lost: 0,
             lost_after_healthy: 0,
+            lost_outside_bound: 0,
             master_side: None,
             unwritable_ms: Some(1_000),
             healthy_ms: 20_000,
@@ -787,6 +812,20 @@ mod tests {
         if let Some(side) = m.master_side.as_mut() {
             side.lost_outside_bound = 1;
         }
+        assert_eq!(m.violations().len(), 1);
+        let mut m = measurement(Row::EveryPodDeleted);
+        m.lost = 900;
+        m.confirmed_lost = 90;
+        assert!(
+            m.violations().is_empty(),
+            "no persistence: gone with the pods"
+        );
+        m.lost_after_healthy = 1;
+        assert_eq!(m.violations().len(), 1, "but not what came after");
+        let mut m = measurement(Row::MasterPause15s);
+        m.lost = 2;
+        assert!(m.violations().is_empty(), "within F of the resume");
+        m.lost_outside_bound = 1;
         assert_eq!(m.violations().len(), 1);
         let mut m = measurement(Row::MasterKill);
         m.topology = Topology::Lease3;

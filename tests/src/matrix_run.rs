@@ -29,6 +29,11 @@ pub const NAME: &str = "mx";
 /// The annotation a rolling-update run changes.
 const ROLL_ANNOTATION: &str = "matrix.vko.test/roll";
 const HEALTHY_TIMEOUT: Duration = Duration::from_secs(300);
+/// A write acknowledged this close to the fault's request was acknowledged in the instant the
+/// fault hit, possibly not yet replicated (as in a crash): the fault's own latency (the control
+/// socket, then `ip link` or a signal), the client's read of an `OK` sent just before, and the
+/// replication stream still in the master's buffers.
+const FAULT_LANDED_SLACK: Duration = Duration::from_millis(200);
 /// Writes acknowledged before the fault, and again after the cluster is healthy.
 const WRITES_AROUND: usize = 300;
 
@@ -72,6 +77,8 @@ struct Expect {
     master_moved_from: Option<String>,
     /// Every data pod carries this value of [`ROLL_ANNOTATION`].
     rolled_to: Option<String>,
+    /// Where the fence bound's window starts when not at the fault: a paused server's resume.
+    window_start: Option<Instant>,
 }
 
 /// Phase OK with 3 ready, the recorded master (with Sentinel: named by every Sentinel) answering
@@ -232,6 +239,28 @@ pub async fn measure(
         eprintln!("lost: {:?}", plain.describe_lost(&lost));
     }
     let lost_set: HashSet<&String> = lost.iter().collect();
+    let lost_at: Vec<(String, Instant)> = plain
+        .acked
+        .iter()
+        .zip(&plain.ok_times)
+        .filter(|(key, _)| lost_set.contains(key))
+        .map(|(key, at)| (key.clone(), *at))
+        .collect();
+    let window_start = expect.window_start.unwrap_or(fault);
+    let outside = split_lost(
+        &lost_at,
+        fault - FAULT_LANDED_SLACK,
+        fault + FAULT_LANDED_SLACK,
+        window_start,
+        MASTER_SIDE_BOUND,
+    )
+    .outside;
+    if !outside.is_empty() {
+        eprintln!(
+            "lost outside the bound: {:?}",
+            outside.iter().take(5).collect::<Vec<_>>()
+        );
+    }
     let lost_after_healthy = plain
         .acked
         .iter()
@@ -249,7 +278,13 @@ pub async fn measure(
                 .filter(|(key, _)| missing.contains(key))
                 .map(|(key, at)| (key.clone(), *at))
                 .collect();
-            let split = split_lost(&lost, fault, fault, fault, MASTER_SIDE_BOUND);
+            let split = split_lost(
+                &lost,
+                fault - FAULT_LANDED_SLACK,
+                fault + FAULT_LANDED_SLACK,
+                fault,
+                MASTER_SIDE_BOUND,
+            );
             Some(MasterSide {
                 acked: acks.keys.len() as u64,
                 lost: lost.len() as u64,
@@ -268,6 +303,7 @@ pub async fn measure(
         confirmed: confirming.confirmed.len() as u64,
         confirmed_lost: confirmed_lost.len() as u64,
         lost_after_healthy: lost_after_healthy as u64,
+        lost_outside_bound: outside.len() as u64,
         master_side,
         unwritable_ms: unwritable(&plain.ok_times, fault, stopped).map(|d| d.as_millis() as u64),
         healthy_ms: (healthy_at - fault).as_millis() as u64,
@@ -301,7 +337,7 @@ async fn inject(
     let (client, ns) = (test.client(), test.ns().to_owned());
     let moved = || Expect {
         master_moved_from: Some(master.to_owned()),
-        rolled_to: None,
+        ..Expect::default()
     };
     let replica = pods
         .names_with_prefix(&format!("{NAME}-"))
@@ -349,8 +385,13 @@ async fn inject(
             let hold = if row == Row::MasterPause15s { 15 } else { 60 };
             test.testbed.fault(pause(valkey_of(master))).await?;
             tokio::time::sleep(Duration::from_secs(hold)).await;
+            // Before the request: the server runs again somewhere inside it.
+            let resumed = Instant::now();
             test.testbed.fault(resume(valkey_of(master))).await?;
-            moved()
+            Expect {
+                window_start: Some(resumed),
+                ..moved()
+            }
         }
         Row::MasterPartition40s | Row::ReplicaPartition40s => {
             let pod = if row == Row::MasterPartition40s {
@@ -413,6 +454,7 @@ async fn inject(
             Expect {
                 master_moved_from: Some(master.to_owned()),
                 rolled_to: Some(value),
+                window_start: None,
             }
         }
     })
