@@ -24,6 +24,13 @@ pub struct Args {
     /// Where the page goes (relative to the repository root).
     #[arg(long, default_value = "docs/disruption-matrix.md")]
     out: PathBuf,
+    /// Render the page from the `MATRIX` lines of an earlier run's output (e.g. its saved log)
+    /// instead of running; `--runs` then names what that run was asked for.
+    #[arg(long, requires = "measured_at")]
+    from_log: Option<PathBuf>,
+    /// With `--from-log`: the commit (and date, `<commit>@<YYYY-MM-DD>`) that run measured.
+    #[arg(long)]
+    measured_at: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -38,6 +45,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(args.runs > 0, "--runs must be at least 1");
+    if let Some(log) = &args.from_log {
+        let text =
+            std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+        // Anywhere in a line: a log may hold the tests' stderr interleaved with their stdout.
+        let measurements: Vec<Measurement> = text
+            .lines()
+            .filter_map(|line| Measurement::parse_line(&line[line.find("MATRIX ")?..]))
+            .filter(|m| topologies.contains(&m.topology))
+            .collect();
+        return write_page(&args, measurements, Ok(()));
+    }
     // From a fresh clone, as `cargo xtask test`: the testbed's commands first.
     crate::test::install_prerequisites()?;
     let mut libtest: Vec<String> = topologies
@@ -55,6 +73,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             measurements.push(m);
         }
     });
+    write_page(&args, measurements, outcome)
+}
+
+/// Writes the page from `measurements`; fails when there are none, when a run broke its bound,
+/// or with `outcome` (the tests' own result).
+fn write_page(
+    args: &Args,
+    mut measurements: Vec<Measurement>,
+    outcome: anyhow::Result<()>,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         !measurements.is_empty(),
         "no run was measured ({})",
@@ -67,7 +95,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.rows.is_empty() {
         command.push_str(&format!(" --rows {}", args.rows));
     }
-    let page = render(&measurements, &git_commit()?, &today()?, &command);
+    let (commit, date) = match &args.measured_at {
+        Some(at) => {
+            command.push_str(" (this page rendered again from its output with `--from-log`)");
+            let (commit, date) = at
+                .split_once('@')
+                .context("--measured-at is <commit>@<YYYY-MM-DD>")?;
+            (commit.to_owned(), date.to_owned())
+        }
+        None => (git_commit()?, today()?),
+    };
+    let page = render(&measurements, &commit, &date, &command);
     let out = crate::testbed::repo_root().join(&args.out);
     std::fs::write(&out, &page).with_context(|| format!("writing {}", out.display()))?;
     println!("\n{page}");
