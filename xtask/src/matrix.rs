@@ -97,7 +97,6 @@ fn write_page(
     }
     let (commit, date) = match &args.measured_at {
         Some(at) => {
-            command.push_str(" (this page rendered again from its output with `--from-log`)");
             let (commit, date) = at
                 .split_once('@')
                 .context("--measured-at is <commit>@<YYYY-MM-DD>")?;
@@ -105,7 +104,13 @@ fn write_page(
         }
         None => (git_commit()?, today()?),
     };
-    let page = render(&measurements, &commit, &date, &command);
+    let mut page = render(&measurements, &commit, &date, &command);
+    if args.from_log.is_some() {
+        page.push_str(
+            "\nThis page was rendered again from that run's saved output with \
+             `cargo xtask matrix --from-log <log> --measured-at <commit>@<date>`.\n",
+        );
+    }
     let out = crate::testbed::repo_root().join(&args.out);
     std::fs::write(&out, &page).with_context(|| format!("writing {}", out.display()))?;
     println!("\n{page}");
