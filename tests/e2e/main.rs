@@ -16,6 +16,7 @@
 //! A new area: `tests/e2e/<area>.rs` plus `mod <area>;` below (support via `use vko_e2e::...`).
 
 mod crd_admission;
+mod disruption_matrix;
 mod helm_chart;
 mod helm_lifecycle;
 mod helm_uninstall_crd;

@@ -16,6 +16,11 @@ pub mod ha_support;
 /// Real helm against the testbed, the in-cluster operator's pod and raw etcd access.
 #[cfg(feature = "e2e")]
 pub mod helm_support;
+/// The disruption matrix's rows, measurements, bounds and page (issue 15, ADR 0042).
+pub mod matrix;
+/// The matrix's runner on the testbed: a cluster per topology, writers, sampler, each fault.
+#[cfg(feature = "e2e")]
+pub mod matrix_run;
 /// The operator under test as a host process shared by the tests of the binary, with the chart's
 /// RBAC.
 #[cfg(feature = "e2e")]

@@ -247,10 +247,20 @@ pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
 }
 
 /// Runs the ignored end-to-end test `test` (`<area>::<name>`) on the testbed with `env`, echoing
-/// its stdout and handing every line to `on_line`. Builds the image's binaries first;
-/// someone else's running testbed is used and left running, one started here is stopped again.
+/// its stdout and handing every line to `on_line`: [`run_e2e`] of that one test.
 pub(crate) fn run_ignored_e2e(
     test: &str,
+    env: &[(&str, String)],
+    on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    run_e2e(&ignored_args(test), env, on_line)
+}
+
+/// Runs the end-to-end tests `libtest_args` select on the testbed with `env`, echoing their
+/// stdout and handing every line to `on_line`. Builds the image's binaries first; someone else's
+/// running testbed is used and left running, one started here is stopped again.
+pub(crate) fn run_e2e(
+    libtest_args: &[String],
     env: &[(&str, String)],
     on_line: impl FnMut(&str),
 ) -> anyhow::Result<()> {
@@ -272,16 +282,35 @@ pub(crate) fn run_ignored_e2e(
         let elapsed = testbed::start_built(&paths)?;
         println!("testbed ready in {}", format_duration(elapsed));
     }
-    let result = cargo_test_ignored(test, env, &paths, &helm, on_line);
+    let result = cargo_test_e2e(libtest_args, env, &paths, &helm, on_line);
     if started_here {
         testbed::down()?;
     }
     result
 }
 
+/// libtest's arguments for the ignored test `test` alone, its output shown.
+fn ignored_args(test: &str) -> Vec<String> {
+    ["--ignored", "--exact", test, "--nocapture"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
 /// `cargo test` of the ignored end-to-end test `test` against the running testbed at `paths`.
 pub(crate) fn cargo_test_ignored(
     test: &str,
+    env: &[(&str, String)],
+    paths: &Paths,
+    helm: &std::path::Path,
+    on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    cargo_test_e2e(&ignored_args(test), env, paths, helm, on_line)
+}
+
+/// `cargo test` of the end-to-end tests `libtest_args` select against the running testbed at
+/// `paths`.
+fn cargo_test_e2e(
+    libtest_args: &[String],
     env: &[(&str, String)],
     paths: &Paths,
     helm: &std::path::Path,
@@ -299,11 +328,8 @@ pub(crate) fn cargo_test_ignored(
             "--test",
             "e2e",
             "--",
-            "--ignored",
-            "--exact",
-            test,
-            "--nocapture",
         ])
+        .args(libtest_args)
         .current_dir(testbed::repo_root())
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
@@ -312,7 +338,7 @@ pub(crate) fn cargo_test_ignored(
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     run_echoing(
         &mut command,
-        &format!("the {test} end-to-end test"),
+        &format!("the end-to-end tests {}", libtest_args.join(" ")),
         on_line,
     )
 }

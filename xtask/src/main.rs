@@ -1,5 +1,5 @@
 //! Project automation: `cargo xtask gen-crd | testbed | helm | exporter | valkey | alerts | image |
-//! test | demo | bench`.
+//! test | demo | bench | matrix`.
 
 mod alerts;
 mod bench;
@@ -14,6 +14,7 @@ mod gen_crd;
 mod go_cache;
 mod helm;
 mod image;
+mod matrix;
 mod prometheus_operator;
 mod test;
 mod testbed;
@@ -58,6 +59,9 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks that print reports.
     Bench(bench::Args),
+    /// The disruption matrix: every fault of docs/disruption-matrix.md measured on the testbed
+    /// under writes through `<name>-rw`, and that page written from the runs.
+    Matrix(matrix::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,5 +78,6 @@ fn main() -> anyhow::Result<()> {
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Matrix(args) => matrix::run(args),
     }
 }

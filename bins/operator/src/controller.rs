@@ -1446,6 +1446,8 @@ async fn operator_authority(
             Authority {
                 master: Some(master),
                 acted,
+                // A holder that stops renewing changes nothing the operator watches (ADR 0043).
+                recheck: Some(vko_authority::LEASE_STEADY_RECHECK),
                 ..Authority::default()
             }
         }

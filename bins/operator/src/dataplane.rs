@@ -28,6 +28,9 @@ use crate::leader::Leadership;
 
 /// Bound on connect and on each call to a pod.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one data pod's probe (connect + `INFO`) in a probe round: a hung server must not hold
+/// every pass for [`DIAL_TIMEOUT`], or a master Lease expiry is seen a pass late (ADR 0043).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The pod's IP while it runs and is not terminating; else why it cannot be dialled.
 pub fn pod_ip_if_running(pod: &Pod) -> Result<String, String> {
@@ -176,7 +179,15 @@ async fn ask_data_pod(dialer: &Dialer, pod: Option<&Arc<Pod>>, at: &Address) -> 
         client.close().await;
         info
     };
-    match answer.await {
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, answer)
+        .await
+        .unwrap_or_else(|_| {
+            Err(vko_valkey::Error::Connection {
+                addr: at.to_string(),
+                detail: format!("no answer to INFO within {} ms", PROBE_TIMEOUT.as_millis()),
+            })
+        });
+    match answer {
         Ok(info) if leaving => DataAnswer::Leaving(info),
         Ok(info) => DataAnswer::Answered(info),
         Err(error) if leaving => DataAnswer::NotRunning(format!("terminating, no answer: {error}")),

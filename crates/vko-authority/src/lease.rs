@@ -28,6 +28,11 @@ pub const MASTER_LEASE_DURATION: Duration = Duration::from_secs(5);
 pub const LEASE_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 /// How often the holder's sidecar renews.
 pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the operator looks at a steady master's Lease (ADR 0043). Nothing in the API changes
+/// when a holder stops renewing — a hung valkey-server's pod stays Ready until its readiness probe
+/// fails three times — so only a look finds the Lease unchanged: the expiry is seen within
+/// D + margin + this after the last renew (one Lease read and one `INFO` per pod each time).
+pub const LEASE_STEADY_RECHECK: Duration = Duration::from_secs(2);
 /// How much before F the holder's sidecar gives up on a renew and fences. The renew that cannot
 /// land times out at the deadline and the fence is a local call after it: without a lead the
 /// writes stopped up to 170 ms past F in `cargo xtask bench fence` on 2 loaded cores (2.17 s).

@@ -37,9 +37,10 @@ pub use fence::{
 };
 pub use label::{InstanceRole, instance_role};
 pub use lease::{
-    HOLDER_SETTLE, LEASE_EXPIRY_MARGIN, LEASE_FENCE_LEAD, LEASE_RENEW_INTERVAL, LeaseDecision,
-    LeaseSeen, LeaseSighting, LeaseView, MASTER_LEASE_DURATION, decide_master_by_lease,
-    lease_fence_action, lease_fence_after, master_lease_name,
+    HOLDER_SETTLE, LEASE_EXPIRY_MARGIN, LEASE_FENCE_LEAD, LEASE_RENEW_INTERVAL,
+    LEASE_STEADY_RECHECK, LeaseDecision, LeaseSeen, LeaseSighting, LeaseView,
+    MASTER_LEASE_DURATION, decide_master_by_lease, lease_fence_action, lease_fence_after,
+    master_lease_name,
 };
 pub use ordinal::ordinal_of;
 pub use sentinel::{

@@ -1,0 +1,475 @@
+//! The disruption matrix's runner (issue 15, ADR 0042): one `Valkey` per topology in a test
+//! namespace, and per run of a row: the cluster healthy, its data flushed, a plain writer and a
+//! confirming writer through `<name>-rw`'s ClusterIP (as clients connect; the testbed's
+//! kube-proxy routes it) and the master-label / `-rw` sampler started, the fault injected as
+//! [`Row::definition`] says, the cluster healthy again, writes flowing after it, then every
+//! acknowledged key looked up on the final master. The rows, bounds and page are in
+//! [`crate::matrix`].
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use vko_api::Valkey;
+use vko_testbed::control::Fault;
+
+use crate::fence_measure::split_lost;
+use crate::fence_support::{AckWriter, Sampler, pod_netns};
+use crate::ha_support::{
+    Follow, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, Writer, call, endpoint_pods, eventually, info,
+    info_field, kill_valkey_server, missing_keys,
+};
+use crate::matrix::{MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable};
+use crate::operator_support::{OperatorTest, ok_with};
+
+/// The measured `Valkey`'s name in its namespace.
+pub const NAME: &str = "mx";
+/// The annotation a rolling-update run changes.
+const ROLL_ANNOTATION: &str = "matrix.vko.test/roll";
+const HEALTHY_TIMEOUT: Duration = Duration::from_secs(300);
+/// A write acknowledged this close to the fault's request was acknowledged in the instant the
+/// fault hit, possibly not yet replicated (as in a crash): the fault's own latency (the control
+/// socket, then `ip link` or a signal), the client's read of an `OK` sent just before, and the
+/// replication stream still in the master's buffers.
+const FAULT_LANDED_SLACK: Duration = Duration::from_millis(200);
+/// Writes acknowledged before the fault, and again after the cluster is healthy.
+const WRITES_AROUND: usize = 300;
+
+/// The runs `VKO_MATRIX_RUNS` asks for (default 1) and the rows `VKO_MATRIX_ROWS` selects
+/// (comma-separated parts of their ids; default all) that apply to `topology`.
+pub fn plan(topology: Topology) -> anyhow::Result<(usize, Vec<Row>)> {
+    let runs = match std::env::var("VKO_MATRIX_RUNS") {
+        Ok(runs) => runs
+            .parse()
+            .with_context(|| format!("VKO_MATRIX_RUNS={runs:?} is not a count"))?,
+        Err(_) => 1,
+    };
+    let filter = std::env::var("VKO_MATRIX_ROWS").unwrap_or_default();
+    let rows = Row::selected(&filter)
+        .into_iter()
+        .filter(|row| row.applies_to(topology))
+        .collect();
+    Ok((runs, rows))
+}
+
+/// Creates the topology's `Valkey` and waits for it to be healthy.
+pub async fn create(test: &OperatorTest, topology: Topology) -> anyhow::Result<()> {
+    test.apply_until_ok(
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {}\n",
+            topology.spec()
+        ),
+        NAME,
+        3,
+        Duration::from_secs(300),
+    )
+    .await?;
+    healthy(test, topology, &Expect::default()).await?;
+    Ok(())
+}
+
+/// What "healthy again" must also show after a row's fault.
+#[derive(Debug, Default)]
+struct Expect {
+    /// Another pod than this one is master.
+    master_moved_from: Option<String>,
+    /// Every data pod carries this value of [`ROLL_ANNOTATION`].
+    rolled_to: Option<String>,
+    /// Where the fence bound's window starts when not at the fault: a paused server's resume.
+    window_start: Option<Instant>,
+}
+
+/// Phase OK with 3 ready, the recorded master (with Sentinel: named by every Sentinel) answering
+/// master with both replicas online, alone behind `-rw`; returns it.
+async fn healthy(
+    test: &OperatorTest,
+    topology: Topology,
+    expect: &Expect,
+) -> anyhow::Result<String> {
+    let (client, ns) = (test.client(), test.ns());
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    eventually(HEALTHY_TIMEOUT, "the cluster healthy", || async {
+        let valkey = valkeys.get(NAME).await?;
+        anyhow::ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
+        let master = valkey
+            .status
+            .as_ref()
+            .and_then(|s| s.master_pod.clone())
+            .context("no masterPod")?;
+        if let Some(old) = &expect.master_moved_from {
+            anyhow::ensure!(master != *old, "{old} still master");
+        }
+        let pods = Pods::list(&client, ns).await?;
+        if let Some(value) = &expect.rolled_to {
+            for pod in pods.names_with_prefix(&format!("{NAME}-")) {
+                let annotation = pods.by_name.get(&pod).and_then(|p| {
+                    p.metadata
+                        .annotations
+                        .as_ref()?
+                        .get(ROLL_ANNOTATION)
+                        .cloned()
+                });
+                anyhow::ensure!(annotation.as_ref() == Some(value), "{pod} not rolled yet");
+            }
+        }
+        if topology.has_sentinel() {
+            for sentinel in pods.names_with_prefix(&format!("{NAME}-sentinel-")) {
+                let ip = pods.ip(&sentinel).unwrap_or_default();
+                let reply = call(
+                    &ip,
+                    SENTINEL_PORT,
+                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME],
+                )
+                .await?;
+                let host = reply
+                    .items()
+                    .first()
+                    .and_then(Reply::text)
+                    .unwrap_or_default();
+                anyhow::ensure!(
+                    host.split('.').next() == Some(master.as_str()),
+                    "{sentinel} names {host:?}, not {master}"
+                );
+            }
+        }
+        let rw = endpoint_pods(&client, ns, &format!("{NAME}-rw")).await?;
+        anyhow::ensure!(rw == [master.clone()], "-rw {rw:?}");
+        let replication = info(&pods.ip(&master).unwrap_or_default(), "replication").await?;
+        anyhow::ensure!(
+            info_field(&replication, "role") == Some("master")
+                && info_field(&replication, "connected_slaves") == Some("2"),
+            "{master}: {replication}"
+        );
+        for i in 0..2 {
+            let line = info_field(&replication, &format!("slave{i}")).unwrap_or_default();
+            anyhow::ensure!(line.contains("state=online"), "{master} slave{i}: {line}");
+        }
+        Ok(master)
+    })
+    .await
+}
+
+/// Measures one run of `row` on the healthy cluster of `test`.
+pub async fn measure(
+    test: &OperatorTest,
+    topology: Topology,
+    row: Row,
+    run: usize,
+) -> anyhow::Result<Measurement> {
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let master = healthy(test, topology, &Expect::default()).await?;
+    let pods = Pods::list(&client, &ns).await?;
+    // Each run counts its own keys; a flushed dataset keeps a long matrix's memory flat.
+    let flushed = call(
+        &pods.ip(&master).unwrap_or_default(),
+        VALKEY_PORT,
+        &["FLUSHALL"],
+    )
+    .await?;
+    anyhow::ensure!(
+        flushed == Reply::Simple("OK".into()),
+        "FLUSHALL: {flushed:?}"
+    );
+
+    let sampler = Sampler::start(
+        client.clone(),
+        ns.clone(),
+        NAME.into(),
+        Duration::from_millis(100),
+    );
+    let prefix = format!("{}-{run}", row.id());
+    let writer = |prefix: String, wait| {
+        Writer::start_following(
+            client.clone(),
+            ns.clone(),
+            NAME.into(),
+            prefix,
+            wait,
+            Follow::RwService,
+        )
+    };
+    let plain = writer(prefix.clone(), None);
+    let confirming = writer(format!("{prefix}-c"), Some(1));
+    let side = if row.has_master_side_client() {
+        let netns = pod_netns(&client, &ns, &master).await?;
+        Some(AckWriter::in_netns(&netns, &format!("{prefix}-side"))?)
+    } else {
+        None
+    };
+    until_acked(&plain, WRITES_AROUND, "the plain writer before the fault").await?;
+    until_acked(&confirming, WRITES_AROUND / 10, "the confirming writer").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    eprintln!(
+        "matrix {} {} run {run}: master {master}",
+        topology.label(),
+        row.id()
+    );
+    let fault = Instant::now();
+    let expect = inject(test, row, run, &master, &pods).await?;
+    let master_after = healthy(test, topology, &expect).await?;
+    let healthy_at = Instant::now();
+    until_acked(
+        &plain,
+        plain.acked().await + WRITES_AROUND,
+        "the plain writer after the fault",
+    )
+    .await?;
+
+    let side = match side {
+        Some(side) => Some(side.stop().await),
+        None => None,
+    };
+    // Writes can resume after the cluster looks healthy (a fenced master is unfenced by the
+    // Sentinels' next answers): the gap counts until the writer stopped.
+    let stopped = Instant::now();
+    let plain = plain.stop().await;
+    let confirming = confirming.stop().await;
+    let samples = sampler.stop().await;
+
+    let ip = Pods::list(&client, &ns)
+        .await?
+        .ip(&master_after)
+        .with_context(|| format!("no IP for {master_after}"))?;
+    let lost = missing_keys(&ip, &plain.acked).await?;
+    let confirmed_lost = missing_keys(&ip, &confirming.confirmed).await?;
+    if !lost.is_empty() {
+        eprintln!("lost: {:?}", plain.describe_lost(&lost));
+    }
+    let lost_set: HashSet<&String> = lost.iter().collect();
+    let lost_at: Vec<(String, Instant)> = plain
+        .acked
+        .iter()
+        .zip(&plain.ok_times)
+        .filter(|(key, _)| lost_set.contains(key))
+        .map(|(key, at)| (key.clone(), *at))
+        .collect();
+    let window_start = expect.window_start.unwrap_or(fault);
+    let outside = split_lost(
+        &lost_at,
+        fault - FAULT_LANDED_SLACK,
+        fault + FAULT_LANDED_SLACK,
+        window_start,
+        MASTER_SIDE_BOUND,
+    )
+    .outside;
+    if !outside.is_empty() {
+        eprintln!(
+            "lost outside the bound: {:?}",
+            outside.iter().take(5).collect::<Vec<_>>()
+        );
+    }
+    let lost_after_healthy = plain
+        .acked
+        .iter()
+        .zip(&plain.ok_times)
+        .filter(|(key, at)| **at > healthy_at && lost_set.contains(key))
+        .count();
+    let master_side = match side {
+        Some(acks) => {
+            let missing = missing_keys(&ip, &acks.keys).await?;
+            let missing: HashSet<&String> = missing.iter().collect();
+            let lost: Vec<(String, Instant)> = acks
+                .keys
+                .iter()
+                .zip(&acks.at)
+                .filter(|(key, _)| missing.contains(key))
+                .map(|(key, at)| (key.clone(), *at))
+                .collect();
+            let split = split_lost(
+                &lost,
+                fault - FAULT_LANDED_SLACK,
+                fault + FAULT_LANDED_SLACK,
+                fault,
+                MASTER_SIDE_BOUND,
+            );
+            Some(MasterSide {
+                acked: acks.keys.len() as u64,
+                lost: lost.len() as u64,
+                last_lost_ms: split.last_after_start.map(|d| d.as_millis() as u64),
+                lost_outside_bound: split.outside.len() as u64,
+            })
+        }
+        None => None,
+    };
+    let measurement = Measurement {
+        topology,
+        row,
+        run,
+        acked: plain.acked.len() as u64,
+        lost: lost.len() as u64,
+        confirmed: confirming.confirmed.len() as u64,
+        confirmed_lost: confirmed_lost.len() as u64,
+        lost_after_healthy: lost_after_healthy as u64,
+        lost_outside_bound: outside.len() as u64,
+        master_side,
+        unwritable_ms: unwritable(&plain.ok_times, fault, stopped).map(|d| d.as_millis() as u64),
+        healthy_ms: (healthy_at - fault).as_millis() as u64,
+        max_master_labels: samples.max_master_labels as u64,
+        max_rw_endpoints: samples.max_rw_endpoints as u64,
+        samples: samples.samples as u64,
+        master_before: master,
+        master_after,
+    };
+    Ok(measurement)
+}
+
+async fn until_acked(writer: &Writer, at_least: usize, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while writer.acked().await < at_least {
+        anyhow::ensure!(Instant::now() < deadline, "{what}: no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Injects `row`'s fault (and ends it, for the faults that last); returns what healthy-again
+/// must show besides.
+async fn inject(
+    test: &OperatorTest,
+    row: Row,
+    run: usize,
+    master: &str,
+    pods: &Pods,
+) -> anyhow::Result<Expect> {
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let moved = || Expect {
+        master_moved_from: Some(master.to_owned()),
+        ..Expect::default()
+    };
+    let replica = pods
+        .names_with_prefix(&format!("{NAME}-"))
+        .into_iter()
+        .find(|pod| pod != master)
+        .context("no replica pod")?;
+    let valkey_of = |pod: &str| (ns.clone(), pod.to_owned(), "valkey".to_owned());
+    let pause = |(namespace, pod, container)| Fault::Pause {
+        namespace,
+        pod,
+        container,
+    };
+    let resume = |(namespace, pod, container)| Fault::Resume {
+        namespace,
+        pod,
+        container,
+    };
+    Ok(match row {
+        Row::ReplicaDelete => {
+            delete_and_wait_gone(&client, &ns, &replica).await?;
+            Expect::default()
+        }
+        Row::MasterDelete => {
+            delete_and_wait_gone(&client, &ns, master).await?;
+            moved()
+        }
+        Row::MasterKill => {
+            kill_valkey_server(&client, &ns, master).await?;
+            moved()
+        }
+        Row::MasterKillThrice => {
+            for kill in 0..3 {
+                if kill > 0 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                // The restart in place may not have come up yet: the next kill waits for it.
+                eventually(Duration::from_secs(30), "a valkey-server to kill", || {
+                    kill_valkey_server(&client, &ns, master)
+                })
+                .await?;
+            }
+            moved()
+        }
+        Row::MasterPause15s | Row::MasterPause60s => {
+            let hold = if row == Row::MasterPause15s { 15 } else { 60 };
+            test.testbed.fault(pause(valkey_of(master))).await?;
+            tokio::time::sleep(Duration::from_secs(hold)).await;
+            // Before the request: the server runs again somewhere inside it.
+            let resumed = Instant::now();
+            test.testbed.fault(resume(valkey_of(master))).await?;
+            Expect {
+                window_start: Some(resumed),
+                ..moved()
+            }
+        }
+        Row::MasterPartition40s | Row::ReplicaPartition40s => {
+            let pod = if row == Row::MasterPartition40s {
+                master.to_owned()
+            } else {
+                replica
+            };
+            let (namespace, pod) = (ns.clone(), pod);
+            test.testbed
+                .fault(Fault::Partition {
+                    namespace: namespace.clone(),
+                    pod: pod.clone(),
+                })
+                .await?;
+            tokio::time::sleep(Duration::from_secs(40)).await;
+            test.testbed.fault(Fault::Heal { namespace, pod }).await?;
+            if row == Row::MasterPartition40s {
+                moved()
+            } else {
+                Expect::default()
+            }
+        }
+        Row::SentinelDelete => {
+            delete_and_wait_gone(&client, &ns, &format!("{NAME}-sentinel-0")).await?;
+            Expect::default()
+        }
+        Row::SentinelMajorityStopped => {
+            let sentinel = |i: u32| {
+                (
+                    ns.clone(),
+                    format!("{NAME}-sentinel-{i}"),
+                    "sentinel".into(),
+                )
+            };
+            for i in 0..2 {
+                test.testbed.fault(pause(sentinel(i))).await?;
+            }
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            for i in 0..2 {
+                test.testbed.fault(resume(sentinel(i))).await?;
+            }
+            Expect::default()
+        }
+        Row::EveryPodDeleted => {
+            let every: Vec<String> = pods.by_name.keys().cloned().collect();
+            let deleting = every
+                .iter()
+                .map(|pod| delete_and_wait_gone(&client, &ns, pod));
+            futures::future::try_join_all(deleting).await?;
+            Expect::default()
+        }
+        Row::RollingUpdate => {
+            let value = format!("run-{run}");
+            let patch = serde_json::json!({
+                "spec": {"podAnnotations": {ROLL_ANNOTATION: value}}
+            });
+            Api::<Valkey>::namespaced(client.clone(), &ns)
+                .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            Expect {
+                master_moved_from: Some(master.to_owned()),
+                rolled_to: Some(value),
+                window_start: None,
+            }
+        }
+    })
+}
+
+/// Deletes `pod` (graceful) and waits until that pod object is gone (its name may be back, with
+/// another UID).
+async fn delete_and_wait_gone(client: &kube::Client, ns: &str, pod: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let uid = pods.get(pod).await?.metadata.uid;
+    pods.delete(pod, &DeleteParams::default()).await?;
+    eventually(Duration::from_secs(120), "the deleted pod gone", || async {
+        let now = pods.get_opt(pod).await?.and_then(|p| p.metadata.uid);
+        anyhow::ensure!(now != uid, "{pod} still there");
+        Ok(())
+    })
+    .await
+}
