@@ -25,7 +25,6 @@ mod operator_auth_persistence;
 mod operator_cert_manager;
 mod operator_failover;
 mod operator_fencing;
-mod operator_fencing_lease;
 mod operator_fleet;
 mod operator_ha;
 mod operator_leader;

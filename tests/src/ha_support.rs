@@ -610,15 +610,21 @@ async fn write_loop(
     let mut sequence = 0u64;
     let mut conn: Option<Conn> = None;
     let mut master = String::new();
+    let mut rw_ip = None;
     let wait_arg = wait_replicas.map(|n| n.to_string());
     while !stop.load(Ordering::SeqCst) {
         if conn.is_none() {
             let resolved = async {
-                let pods = Pods::list(&client, &ns).await?;
-                let host = match follow {
-                    Follow::Sentinel => sentinel_master_host(&pods, &valkey).await?,
-                    Follow::RoleMaster => role_master_pod(&pods, &valkey).await?,
-                    Follow::RwService => return connect_rw(&client, &ns, &valkey).await,
+                let pods = match follow {
+                    Follow::RwService => {
+                        return connect_rw(&client, &ns, &valkey, &mut rw_ip).await;
+                    }
+                    Follow::Sentinel | Follow::RoleMaster => Pods::list(&client, &ns).await?,
+                };
+                let host = if follow == Follow::Sentinel {
+                    sentinel_master_host(&pods, &valkey).await?
+                } else {
+                    role_master_pod(&pods, &valkey).await?
                 };
                 let ip = pods
                     .ip_of_host(&host)
@@ -684,20 +690,32 @@ async fn write_loop(
 }
 
 /// A connection to `<valkey>-rw`'s ClusterIP, and the Service's ready endpoints as it connected.
+/// Connects to `<valkey>-rw`'s ClusterIP, looked up once and kept in `cluster_ip` (as a client's
+/// resolver would: a client needs no API server to reconnect); the endpoints' pods, when the API
+/// answers, name the connection in the writer's log.
 async fn connect_rw(
     client: &kube::Client,
     ns: &str,
     valkey: &str,
+    cluster_ip: &mut Option<String>,
 ) -> anyhow::Result<(Conn, String)> {
     let service = format!("{valkey}-rw");
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let ip = services
-        .get(&service)
-        .await?
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .with_context(|| format!("{service} has no ClusterIP"))?;
-    let endpoints = endpoint_pods(client, ns, &service).await?;
+    let ip = match cluster_ip {
+        Some(ip) => ip.clone(),
+        None => {
+            let services: Api<Service> = Api::namespaced(client.clone(), ns);
+            let ip = services
+                .get(&service)
+                .await?
+                .spec
+                .and_then(|s| s.cluster_ip)
+                .with_context(|| format!("{service} has no ClusterIP"))?;
+            cluster_ip.insert(ip).clone()
+        }
+    };
+    let endpoints = endpoint_pods(client, ns, &service)
+        .await
+        .unwrap_or_else(|_| vec!["(API unreachable)".into()]);
     // A client's connect timeout, not a test's: while `-rw` has no ready endpoint kube-proxy
     // routes to the terminating old master, and once its pod is gone a SYN to it is dropped, so
     // the timeout, not the cluster, would set the write gap (10 s measured with a 10 s timeout).

@@ -37,7 +37,8 @@ impl Topology {
         }
     }
 
-    /// The end-to-end test that measures it (`tests/e2e/disruption_matrix.rs`).
+    /// The end-to-end test that measures its rows but the exclusive ones
+    /// (`tests/e2e/disruption_matrix.rs`).
     pub fn test_name(self) -> &'static str {
         match self {
             Topology::Sentinel3x3 => "disruption_matrix::three_data_pods_and_three_sentinels",
@@ -140,6 +141,19 @@ const EVERY_POD: KnownGap = KnownGap {
           (restarted too) learn it, then `-rw` follows",
     enforced: Duration::from_secs(20),
 };
+/// Without Sentinel only the operator promotes.
+const OPERATOR_BACK: KnownGap = KnownGap {
+    why: "without Sentinel only the operator promotes (ADR 0022): writes wait for it to be back, \
+          to lead again, and to see the master Lease unrenewed 6 s",
+    enforced: Duration::from_secs(60),
+};
+/// Without Sentinel the master's authority is a Lease renewed through the API server.
+const API_DOWN_FENCES: KnownGap = KnownGap {
+    why: "without Sentinel a master proves its authority by renewing its Lease through the API \
+          server (ADR 0022); while kube-apiserver is down it cannot, so it fences after F and \
+          takes writes again at its first renewal once the API server is back",
+    enforced: Duration::from_secs(20),
+};
 /// Writes wait for the stopped Sentinels, by design.
 const SENTINELS_BACK: KnownGap = KnownGap {
     why: "the master fences while no Sentinel majority answers; writes resume with their answers",
@@ -166,10 +180,18 @@ pub enum Row {
     SentinelMajorityStopped,
     EveryPodDeleted,
     RollingUpdate,
+    ScaleDownMasterOrdinal,
+    MasterNodeStopped,
+    OperatorKilledMidRoll,
+    OperatorDownMasterKill,
+    ApiserverRestartMidRoll,
 }
 
+/// The end-to-end test that measures the exclusive rows of every topology, alone on the testbed.
+pub const EXCLUSIVE_TEST: &str = "disruption_matrix::exclusive_control_plane_and_node_faults";
+
 impl Row {
-    pub const ALL: [Row; 12] = [
+    pub const ALL: [Row; 17] = [
         Row::ReplicaDelete,
         Row::MasterDelete,
         Row::MasterKill,
@@ -182,6 +204,11 @@ impl Row {
         Row::SentinelMajorityStopped,
         Row::EveryPodDeleted,
         Row::RollingUpdate,
+        Row::ScaleDownMasterOrdinal,
+        Row::MasterNodeStopped,
+        Row::OperatorKilledMidRoll,
+        Row::OperatorDownMasterKill,
+        Row::ApiserverRestartMidRoll,
     ];
 
     /// The row's name on the command line and in the page.
@@ -199,7 +226,24 @@ impl Row {
             Row::SentinelMajorityStopped => "sentinel-majority-stopped",
             Row::EveryPodDeleted => "every-pod-deleted",
             Row::RollingUpdate => "rolling-update",
+            Row::ScaleDownMasterOrdinal => "scale-down-master-ordinal",
+            Row::MasterNodeStopped => "master-node-stopped",
+            Row::OperatorKilledMidRoll => "operator-killed-mid-roll",
+            Row::OperatorDownMasterKill => "operator-down-master-kill",
+            Row::ApiserverRestartMidRoll => "apiserver-restart-mid-roll",
         }
+    }
+
+    /// The fault hits more than one cluster (a node, the operator, the API server): the row runs
+    /// in [`EXCLUSIVE_TEST`], alone on the testbed.
+    pub fn exclusive(self) -> bool {
+        matches!(
+            self,
+            Row::MasterNodeStopped
+                | Row::OperatorKilledMidRoll
+                | Row::OperatorDownMasterKill
+                | Row::ApiserverRestartMidRoll
+        )
     }
 
     pub fn applies_to(self, topology: Topology) -> bool {
@@ -253,6 +297,27 @@ impl Row {
             Row::RollingUpdate => {
                 "a change of `spec.podAnnotations`: every data pod is replaced (the roll of \
                  ADR 0006)"
+            }
+            Row::ScaleDownMasterOrdinal => {
+                "`spec.replicas` 3 → 2 while the master serves from the highest ordinal (moved \
+                 there first by deleting the master's pod); scaled back to 3 after the run"
+            }
+            Row::MasterNodeStopped => {
+                "the node of the master's pod stopped for 45 s (its kubelet and heartbeats stop, \
+                 its containers are SIGKILLed), then started again"
+            }
+            Row::OperatorKilledMidRoll => {
+                "the operator SIGKILLed during a rolling update (as `rolling-update`) after the \
+                 first data pod was deleted and again after the master switchover, started \
+                 again 1 s after each kill"
+            }
+            Row::OperatorDownMasterKill => {
+                "the operator SIGKILLed, then the master's valkey-server SIGKILLed; the operator \
+                 started again 20 s after the crash"
+            }
+            Row::ApiserverRestartMidRoll => {
+                "kube-apiserver stopped and started again (as a control-plane upgrade does) \
+                 during a rolling update, once its first data pod was deleted"
             }
         }
     }
@@ -315,14 +380,61 @@ impl Row {
                  wait until the Sentinels return (ADR 0019: it cannot tell stopped Sentinels \
                  from Sentinels that fail it over behind a partition)."
             }
+            Row::EveryPodDeleted if sentinel => {
+                "Without persistence only the running pods hold the data. The master's preStop \
+                 pauses writes and has Sentinel fail over while the replacements start at once \
+                 (the StatefulSet's Parallel policy); in the runs measured Sentinel promoted a \
+                 replacement that had copied the paused master first — which nothing \
+                 guarantees, so the bound allows the loss. With persistence: not measured yet."
+            }
             Row::EveryPodDeleted => {
-                "Without persistence every write acknowledged before the pods went is gone with \
-                 them (nothing holds it); the new pods bootstrap an empty cluster again and take \
-                 writes — with `spec.persistence` the data would come back from the volumes."
+                "Without persistence only the running pods hold the data: the master's preStop \
+                 hands over to a replica that is itself going, the promotion fails, and what was \
+                 acknowledged goes with the pods; the new pods bootstrap an empty cluster and \
+                 take writes. With persistence: not measured yet."
             }
             Row::RollingUpdate => {
                 "Replicas are replaced one at a time, then one switchover to an updated replica \
                  and the old master last; writes stop only for the switchover."
+            }
+            Row::ScaleDownMasterOrdinal => {
+                "The operator switches the master over to a pod that stays before it shrinks the \
+                 StatefulSet, so the removed ordinal is a replica by then; writes stop only for \
+                 the switchover."
+            }
+            Row::MasterNodeStopped if sentinel => {
+                "Kubernetes does not replace a StatefulSet pod on a node that stopped answering \
+                 (it cannot know the pod is gone); Sentinel fails over after down-after, `-rw` \
+                 follows, and the old master rejoins as a replica when its node is back."
+            }
+            Row::MasterNodeStopped => {
+                "Kubernetes does not replace a StatefulSet pod on a node that stopped answering \
+                 (it cannot know the pod is gone); the operator promotes once the master Lease \
+                 is unrenewed 6 s, and the old master rejoins as a replica when its node is back."
+            }
+            Row::OperatorKilledMidRoll => {
+                "The roll's progress lives in `status.rollingUpdate`: each new operator resumes \
+                 it where the last one stopped, once it leads (the killed one's leader Lease \
+                 expires first); the data path never waits for the operator."
+            }
+            Row::OperatorDownMasterKill if sentinel => {
+                "Sentinel fails over and the sidecars move the master label without the \
+                 operator; the operator only records the new master when it is back."
+            }
+            Row::OperatorDownMasterKill => {
+                "Without Sentinel only the operator promotes: the restarted server stays a \
+                 replica (ADR 0005) and writes wait until the operator is back and sees the \
+                 master Lease unrenewed."
+            }
+            Row::ApiserverRestartMidRoll if sentinel => {
+                "Writes do not need the API server with Sentinel; the roll waits while it is down \
+                 (the operator's and the sidecars' calls time out and are retried) and resumes \
+                 from `status.rollingUpdate`."
+            }
+            Row::ApiserverRestartMidRoll => {
+                "The master cannot renew its Lease while the API server is down, so it fences \
+                 after F and writes wait for the API server (a master cut off from it must stop, \
+                 ADR 0022); the roll waits too and resumes from `status.rollingUpdate`."
             }
         }
     }
@@ -340,9 +452,21 @@ impl Row {
         }
     }
 
-    pub fn outage_rule(self) -> OutageRule {
+    pub fn outage_rule(self, topology: Topology) -> OutageRule {
         match self {
-            Row::MasterDelete | Row::RollingUpdate | Row::ReplicaDelete => OutageRule::Planned,
+            // Without Sentinel only the operator promotes, and a master proves its authority
+            // through the API server.
+            Row::OperatorDownMasterKill | Row::ApiserverRestartMidRoll
+                if !topology.has_sentinel() =>
+            {
+                OutageRule::UntilTheFaultEnds
+            }
+            Row::MasterDelete
+            | Row::RollingUpdate
+            | Row::ReplicaDelete
+            | Row::ScaleDownMasterOrdinal
+            | Row::OperatorKilledMidRoll
+            | Row::ApiserverRestartMidRoll => OutageRule::Planned,
             Row::SentinelMajorityStopped => OutageRule::UntilTheFaultEnds,
             _ => OutageRule::Unplanned,
         }
@@ -351,7 +475,7 @@ impl Row {
     /// Issue 15's target for how long the row may leave the cluster unwritable (`None`: writes
     /// wait for the fault's end by design).
     pub fn outage_target(self, topology: Topology) -> Option<Duration> {
-        match self.outage_rule() {
+        match self.outage_rule(topology) {
             OutageRule::Planned => Some(PLANNED_TARGET),
             OutageRule::Unplanned => Some(topology.unplanned_target()),
             OutageRule::UntilTheFaultEnds => None,
@@ -362,19 +486,34 @@ impl Row {
     pub fn known_gap(self, topology: Topology) -> Option<KnownGap> {
         let sentinel = topology.has_sentinel();
         match self {
+            Row::OperatorDownMasterKill if !sentinel => Some(OPERATOR_BACK),
+            Row::ApiserverRestartMidRoll if !sentinel => Some(API_DOWN_FENCES),
             // Without Sentinel the switchover itself takes ~0.1 s, the `-rw` path 1–2 s more:
             // over the target on a loaded machine (the suite's run, 2026-12-06).
-            Row::MasterDelete | Row::RollingUpdate => Some(RW_SWITCHOVER),
+            Row::MasterDelete
+            | Row::RollingUpdate
+            | Row::ScaleDownMasterOrdinal
+            | Row::OperatorKilledMidRoll
+            | Row::ApiserverRestartMidRoll => Some(RW_SWITCHOVER),
             Row::EveryPodDeleted => Some(EVERY_POD),
             Row::SentinelMajorityStopped => Some(SENTINELS_BACK),
-            Row::MasterPause15s | Row::MasterPause60s | Row::MasterPartition40s if sentinel => {
+            Row::MasterPause15s
+            | Row::MasterPause60s
+            | Row::MasterPartition40s
+            | Row::MasterNodeStopped
+                if sentinel =>
+            {
                 Some(RW_FAILOVER)
             }
-            Row::MasterPause15s | Row::MasterPause60s | Row::MasterPartition40s => Some(LEASE_LOOK),
+            Row::MasterPause15s
+            | Row::MasterPause60s
+            | Row::MasterPartition40s
+            | Row::MasterNodeStopped => Some(LEASE_LOOK),
             // A crash changes the pod at once: the restarted server comes back a replica and
             // the failover starts without waiting for down-after or the Lease.
             Row::MasterKill
             | Row::MasterKillThrice
+            | Row::OperatorDownMasterKill
             | Row::ReplicaDelete
             | Row::ReplicaPartition40s
             | Row::SentinelDelete => None,
@@ -441,6 +580,11 @@ pub struct Measurement {
     pub master_before: String,
     pub master_after: String,
 }
+
+/// When set, the runner also appends every `MATRIX` line to this file (`cargo xtask test` sets
+/// it: libtest shows a passing test's output to nobody, and the page can be rendered from the
+/// suite's own runs with `cargo xtask matrix --from-log`).
+pub const LOG_ENV: &str = "VKO_MATRIX_LOG";
 
 /// What the `MATRIX` line of a run starts with.
 const LINE_PREFIX: &str = "MATRIX ";
@@ -844,6 +988,55 @@ mod tests {
             m.violations().is_empty(),
             "the Lease expires after 6 s: 9 s"
         );
+    }
+
+    #[test]
+    fn faults_the_whole_testbed_shares_run_alone_and_without_sentinel_wait_for_the_operator() {
+        let exclusive: Vec<Row> = Row::ALL.into_iter().filter(|r| r.exclusive()).collect();
+        assert_eq!(
+            exclusive,
+            vec![
+                Row::MasterNodeStopped,
+                Row::OperatorKilledMidRoll,
+                Row::OperatorDownMasterKill,
+                Row::ApiserverRestartMidRoll
+            ]
+        );
+        assert_eq!(
+            Row::OperatorDownMasterKill.outage_target(Topology::Sentinel3x3),
+            Some(Duration::from_secs(8)),
+            "Sentinel fails over without the operator"
+        );
+        assert_eq!(
+            Row::OperatorDownMasterKill.outage_target(Topology::Lease3),
+            None
+        );
+        let mut m = measurement(Row::OperatorDownMasterKill);
+        m.topology = Topology::Lease3;
+        m.unwritable_ms = Some(45_000);
+        assert!(m.violations().is_empty(), "waits for the operator");
+        assert_eq!(m.target_met(), None);
+        m.unwritable_ms = Some(60_001);
+        assert_eq!(m.violations().len(), 1, "but within its bound");
+        let mut m = measurement(Row::OperatorKilledMidRoll);
+        m.unwritable_ms = Some(5_001);
+        assert_eq!(
+            m.violations().len(),
+            1,
+            "a roll's switchover, killed or not"
+        );
+        assert_eq!(
+            Row::ApiserverRestartMidRoll.outage_target(Topology::Sentinel3x3),
+            Some(PLANNED_TARGET)
+        );
+        let mut m = measurement(Row::ApiserverRestartMidRoll);
+        m.topology = Topology::Lease3;
+        m.unwritable_ms = Some(9_400);
+        assert!(
+            m.violations().is_empty(),
+            "without Sentinel the master fences while the API server is down"
+        );
+        assert_eq!(m.target_met(), None);
     }
 
     #[test]

@@ -22,7 +22,9 @@ use crate::ha_support::{
     info_field, kill_valkey_server, missing_keys,
 };
 use crate::matrix::{MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable};
-use crate::operator_support::{OperatorTest, ok_with};
+use crate::operator_support::{
+    OperatorTest, kill_operator, ok_with, restart_operator, wait_for_valkey,
+};
 
 /// The measured `Valkey`'s name in its namespace.
 pub const NAME: &str = "mx";
@@ -38,8 +40,9 @@ const FAULT_LANDED_SLACK: Duration = Duration::from_millis(200);
 const WRITES_AROUND: usize = 300;
 
 /// The runs `VKO_MATRIX_RUNS` asks for (default 1) and the rows `VKO_MATRIX_ROWS` selects
-/// (comma-separated parts of their ids; default all) that apply to `topology`.
-pub fn plan(topology: Topology) -> anyhow::Result<(usize, Vec<Row>)> {
+/// (comma-separated parts of their ids; default all) that apply to `topology`: its
+/// [`Row::exclusive`] ones, or the others.
+pub fn plan(topology: Topology, exclusive: bool) -> anyhow::Result<(usize, Vec<Row>)> {
     let runs = match std::env::var("VKO_MATRIX_RUNS") {
         Ok(runs) => runs
             .parse()
@@ -49,9 +52,26 @@ pub fn plan(topology: Topology) -> anyhow::Result<(usize, Vec<Row>)> {
     let filter = std::env::var("VKO_MATRIX_ROWS").unwrap_or_default();
     let rows = Row::selected(&filter)
         .into_iter()
-        .filter(|row| row.applies_to(topology))
+        .filter(|row| row.applies_to(topology) && row.exclusive() == exclusive)
         .collect();
     Ok((runs, rows))
+}
+
+/// The topologies `VKO_MATRIX_TOPOLOGIES` names (comma-separated labels; default all).
+pub fn topologies() -> anyhow::Result<Vec<Topology>> {
+    let Ok(labels) = std::env::var("VKO_MATRIX_TOPOLOGIES") else {
+        return Ok(Topology::ALL.to_vec());
+    };
+    labels
+        .split(',')
+        .filter(|label| !label.is_empty())
+        .map(|label| {
+            Topology::ALL
+                .into_iter()
+                .find(|t| t.label() == label)
+                .with_context(|| format!("VKO_MATRIX_TOPOLOGIES: unknown topology {label:?}"))
+        })
+        .collect()
 }
 
 /// Creates the topology's `Valkey` and waits for it to be healthy.
@@ -79,10 +99,13 @@ struct Expect {
     rolled_to: Option<String>,
     /// Where the fence bound's window starts when not at the fault: a paused server's resume.
     window_start: Option<Instant>,
+    /// The data pods then (default 3).
+    replicas: Option<i32>,
 }
 
-/// Phase OK with 3 ready, the recorded master (with Sentinel: named by every Sentinel) answering
-/// master with both replicas online, alone behind `-rw`; returns it.
+/// Phase OK with every data pod ready (3 unless `expect` says otherwise), the recorded master
+/// (with Sentinel: named by every Sentinel) answering master with every replica online, alone
+/// behind `-rw`; returns it.
 async fn healthy(
     test: &OperatorTest,
     topology: Topology,
@@ -90,9 +113,11 @@ async fn healthy(
 ) -> anyhow::Result<String> {
     let (client, ns) = (test.client(), test.ns());
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let replicas = expect.replicas.unwrap_or(3);
+    let online = (replicas - 1).to_string();
     eventually(HEALTHY_TIMEOUT, "the cluster healthy", || async {
         let valkey = valkeys.get(NAME).await?;
-        anyhow::ensure!(ok_with(3)(&valkey), "status {:?}", valkey.status);
+        anyhow::ensure!(ok_with(replicas)(&valkey), "status {:?}", valkey.status);
         let master = valkey
             .status
             .as_ref()
@@ -139,10 +164,10 @@ async fn healthy(
         let replication = info(&pods.ip(&master).unwrap_or_default(), "replication").await?;
         anyhow::ensure!(
             info_field(&replication, "role") == Some("master")
-                && info_field(&replication, "connected_slaves") == Some("2"),
+                && info_field(&replication, "connected_slaves") == Some(online.as_str()),
             "{master}: {replication}"
         );
-        for i in 0..2 {
+        for i in 0..replicas - 1 {
             let line = info_field(&replication, &format!("slave{i}")).unwrap_or_default();
             anyhow::ensure!(line.contains("state=online"), "{master} slave{i}: {line}");
         }
@@ -159,6 +184,9 @@ pub async fn measure(
     run: usize,
 ) -> anyhow::Result<Measurement> {
     let (client, ns) = (test.client(), test.ns().to_owned());
+    if row == Row::ScaleDownMasterOrdinal {
+        master_to_the_highest_ordinal(test, topology).await?;
+    }
     let master = healthy(test, topology, &Expect::default()).await?;
     let pods = Pods::list(&client, &ns).await?;
     // Each run counts its own keys; a flushed dataset keeps a long matrix's memory flat.
@@ -313,7 +341,86 @@ pub async fn measure(
         master_before: master,
         master_after,
     };
+    if row == Row::ScaleDownMasterOrdinal {
+        patch_spec(&client, &ns, serde_json::json!({"replicas": 3})).await?;
+        healthy(test, topology, &Expect::default()).await?;
+    }
     Ok(measurement)
+}
+
+/// Moves the master to the highest ordinal, so that scaling down removes the master's ordinal:
+/// the other replica's pod deleted, then at once the master's (its sidecar hands over to the one
+/// replica online; with equally caught-up replicas the handover without Sentinel would always
+/// pick the lowest ordinal).
+async fn master_to_the_highest_ordinal(
+    test: &OperatorTest,
+    topology: Topology,
+) -> anyhow::Result<()> {
+    let highest = format!("{NAME}-2");
+    for _ in 0..4 {
+        let master = healthy(test, topology, &Expect::default()).await?;
+        if master == highest {
+            return Ok(());
+        }
+        let other = (0..2)
+            .map(|i| format!("{NAME}-{i}"))
+            .find(|pod| *pod != master)
+            .context("no other replica")?;
+        eprintln!("deleting {other}, then the master {master}, to move the master to {highest}");
+        delete_and_wait_gone(&test.client(), test.ns(), &other).await?;
+        delete_and_wait_gone(&test.client(), test.ns(), &master).await?;
+    }
+    anyhow::bail!("the master never moved to {highest}")
+}
+
+/// A merge patch of the measured `Valkey`'s `spec`.
+async fn patch_spec(
+    client: &kube::Client,
+    ns: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    Api::<Valkey>::namespaced(client.clone(), ns)
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts a roll: every pod gets [`ROLL_ANNOTATION`] = `value`.
+async fn start_roll(client: &kube::Client, ns: &str, value: &str) -> anyhow::Result<()> {
+    patch_spec(
+        client,
+        ns,
+        serde_json::json!({"podAnnotations": {ROLL_ANNOTATION: value}}),
+    )
+    .await
+}
+
+/// Waits until the measured `Valkey`'s status shows `what`.
+async fn status_shows(
+    client: &kube::Client,
+    ns: &str,
+    what: &str,
+    check: impl Fn(&Valkey) -> bool,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(&valkeys, NAME, what, HEALTHY_TIMEOUT, check).await?;
+    Ok(())
+}
+
+/// Where in a roll the operator is killed: the status shows it.
+type KillPoint<'a> = Box<dyn Fn(&Valkey) -> bool + Send + Sync + 'a>;
+
+/// The roll deleted its first data pod.
+fn first_pod_deleted(valkey: &Valkey) -> bool {
+    valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .is_some_and(|r| r.last_deleted.is_some())
 }
 
 async fn until_acked(writer: &Writer, at_least: usize, what: &str) -> anyhow::Result<()> {
@@ -445,16 +552,86 @@ async fn inject(
         }
         Row::RollingUpdate => {
             let value = format!("run-{run}");
-            let patch = serde_json::json!({
-                "spec": {"podAnnotations": {ROLL_ANNOTATION: value}}
-            });
-            Api::<Valkey>::namespaced(client.clone(), &ns)
-                .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
-                .await?;
+            start_roll(&client, &ns, &value).await?;
             Expect {
-                master_moved_from: Some(master.to_owned()),
                 rolled_to: Some(value),
-                window_start: None,
+                ..moved()
+            }
+        }
+        Row::ScaleDownMasterOrdinal => {
+            patch_spec(&client, &ns, serde_json::json!({"replicas": 2})).await?;
+            Expect {
+                replicas: Some(2),
+                ..moved()
+            }
+        }
+        Row::MasterNodeStopped => {
+            let node = pods
+                .by_name
+                .get(master)
+                .and_then(|pod| pod.spec.as_ref()?.node_name.clone())
+                .with_context(|| format!("{master} has no node"))?;
+            eprintln!("stopping {node}, the node of {master}");
+            test.testbed
+                .fault(Fault::StopNode { node: node.clone() })
+                .await?;
+            tokio::time::sleep(Duration::from_secs(45)).await;
+            test.testbed.fault(Fault::StartNode { node }).await?;
+            moved()
+        }
+        Row::OperatorKilledMidRoll => {
+            let value = format!("kill-{run}");
+            start_roll(&client, &ns, &value).await?;
+            let points: [(&str, KillPoint); 2] = [
+                (
+                    "after the first data pod was deleted",
+                    Box::new(first_pod_deleted),
+                ),
+                (
+                    "after the master switchover",
+                    Box::new(|v: &Valkey| {
+                        v.status
+                            .as_ref()
+                            .and_then(|s| s.master_pod.as_deref())
+                            .is_some_and(|m| m != master)
+                    }),
+                ),
+            ];
+            for (what, point) in points {
+                status_shows(&client, &ns, what, point).await?;
+                kill_operator()?;
+                eprintln!("operator SIGKILLed {what}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                restart_operator()?;
+            }
+            Expect {
+                rolled_to: Some(value),
+                ..moved()
+            }
+        }
+        Row::OperatorDownMasterKill => {
+            kill_operator()?;
+            let killed = kill_valkey_server(&client, &ns, master).await;
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            restart_operator()?;
+            killed?;
+            moved()
+        }
+        Row::ApiserverRestartMidRoll => {
+            let value = format!("apiserver-{run}");
+            start_roll(&client, &ns, &value).await?;
+            status_shows(
+                &client,
+                &ns,
+                "the roll's first data pod deleted",
+                first_pod_deleted,
+            )
+            .await?;
+            test.testbed.fault(Fault::RestartApiserver).await?;
+            eprintln!("kube-apiserver restarted");
+            Expect {
+                rolled_to: Some(value),
+                ..moved()
             }
         }
     })

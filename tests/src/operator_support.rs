@@ -147,6 +147,8 @@ struct Shared {
     starts: usize,
     /// A test that used this operator process failed: its log stays.
     keep_log: bool,
+    /// The logs of processes [`kill_operator`] killed, removed with the current one.
+    earlier_logs: Vec<PathBuf>,
 }
 
 static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
@@ -156,6 +158,7 @@ static OPERATOR: Mutex<Shared> = Mutex::new(Shared {
     log_path: None,
     starts: 0,
     keep_log: false,
+    earlier_logs: Vec::new(),
 });
 
 /// A use of the shared operator process; the process stops when the last guard drops (also on
@@ -166,6 +169,39 @@ pub struct OperatorGuard {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// SIGKILLs the shared operator process (as an OOM kill or a lost node would: no graceful stop,
+/// its leader Lease left to expire) and waits for it to be gone. Only for a test that runs alone
+/// (`exclusive_`): every other user of the process loses its operator too.
+pub fn kill_operator() -> anyhow::Result<()> {
+    let mut shared = OPERATOR.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let mut child = shared.child.take().context("no operator process runs")?;
+    child.kill().context("SIGKILL of the operator")?;
+    child.wait().context("waiting for the killed operator")?;
+    eprintln!("operator pid {} SIGKILLed", child.id());
+    let log = shared.log_path.take();
+    shared.earlier_logs.extend(log);
+    Ok(())
+}
+
+/// Starts the shared operator process again after [`kill_operator`] (on the same `/readyz` port,
+/// a log of its own), as its Deployment would; returns without waiting for it to lead.
+pub fn restart_operator() -> anyhow::Result<()> {
+    let kubeconfig = vko_testbed::controlplane::operator_kubeconfig(&Paths::from_env());
+    let mut shared = OPERATOR.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    anyhow::ensure!(shared.child.is_none(), "the operator still runs");
+    shared.starts += 1;
+    let log_path = std::env::temp_dir().join(format!(
+        "vko-operator-e2e-{}-{}.log",
+        std::process::id(),
+        shared.starts
+    ));
+    let child = spawn_operator(&kubeconfig, shared.health_port, &log_path, &[], &[])?;
+    eprintln!("operator pid {} log {}", child.id(), log_path.display());
+    shared.child = Some(child);
+    shared.log_path = Some(log_path);
+    Ok(())
 }
 
 /// Starts the operator (or joins the running one) and waits until `/readyz` answers 200.
@@ -228,10 +264,12 @@ impl Drop for OperatorGuard {
         if shared.users > 0 {
             return;
         }
-        if let Some(log_path) = shared.log_path.take()
-            && !shared.keep_log
-        {
-            let _ = std::fs::remove_file(log_path);
+        let mut logs = std::mem::take(&mut shared.earlier_logs);
+        logs.extend(shared.log_path.take());
+        if !shared.keep_log {
+            for log in logs {
+                let _ = std::fs::remove_file(log);
+            }
         }
         if let Some(mut child) = shared.child.take() {
             // SIGTERM first: the operator gives its Lease up on a graceful stop.

@@ -264,6 +264,16 @@ pub(crate) fn run_e2e(
     env: &[(&str, String)],
     on_line: impl FnMut(&str),
 ) -> anyhow::Result<()> {
+    run_e2e_passes(&[libtest_args.to_vec()], env, on_line)
+}
+
+/// As [`run_e2e`], one `cargo test` per element of `passes` on the same testbed, in order; every
+/// pass runs, the first failure is returned.
+pub(crate) fn run_e2e_passes(
+    passes: &[Vec<String>],
+    env: &[(&str, String)],
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
     paths::require_root()?;
     let paths = Paths::from_env();
     testbed::cargo(&[
@@ -282,7 +292,13 @@ pub(crate) fn run_e2e(
         let elapsed = testbed::start_built(&paths)?;
         println!("testbed ready in {}", format_duration(elapsed));
     }
-    let result = cargo_test_e2e(libtest_args, env, &paths, &helm, on_line);
+    let mut result = Ok(());
+    for libtest_args in passes {
+        let pass = cargo_test_e2e(libtest_args, env, &paths, &helm, &mut on_line);
+        if result.is_ok() {
+            result = pass;
+        }
+    }
     if started_here {
         testbed::down()?;
     }

@@ -1,14 +1,15 @@
 //! `cargo xtask matrix`: the disruption matrix (issue 15, ADR 0042). Runs the end-to-end tests
-//! `disruption_matrix::*` on the testbed (both topologies at once, each row `--runs` times), reads
+//! `disruption_matrix::*` on the testbed (both topologies at once, then the rows whose fault hits
+//! the whole testbed alone; each row `--runs` times), reads
 //! their `MATRIX` lines and writes `docs/disruption-matrix.md` from them — also when a run broke
 //! its bound (the page says so, and the command fails after writing it).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use vko_e2e::matrix::{Measurement, Topology, render};
+use vko_e2e::matrix::{EXCLUSIVE_TEST, Measurement, Row, Topology, render};
 
-use crate::bench::run_e2e;
+use crate::bench::run_e2e_passes;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,17 +59,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // From a fresh clone, as `cargo xtask test`: the testbed's commands first.
     crate::test::install_prerequisites()?;
-    let mut libtest: Vec<String> = topologies
-        .iter()
-        .map(|t| t.test_name().to_owned())
-        .collect();
-    libtest.extend(["--exact", "--nocapture", "--test-threads=2"].map(str::to_owned));
+    let rows = Row::selected(&args.rows);
+    let labels: Vec<&str> = topologies.iter().map(|t| t.label()).collect();
     let env = [
         ("VKO_MATRIX_RUNS", args.runs.to_string()),
         ("VKO_MATRIX_ROWS", args.rows.clone()),
+        ("VKO_MATRIX_TOPOLOGIES", labels.join(",")),
     ];
+    // The topologies' own tests side by side, then the exclusive rows' test alone (as `cargo
+    // xtask test` runs them).
+    let mut passes: Vec<Vec<String>> = Vec::new();
+    if rows.iter().any(|row| !row.exclusive()) {
+        let mut libtest: Vec<String> = topologies
+            .iter()
+            .map(|t| t.test_name().to_owned())
+            .collect();
+        libtest.extend(["--exact", "--nocapture", "--test-threads=2"].map(str::to_owned));
+        passes.push(libtest);
+    }
+    if rows.iter().any(|row| row.exclusive()) {
+        passes.push(
+            [EXCLUSIVE_TEST, "--exact", "--nocapture", "--test-threads=1"]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+    }
     let mut measurements = Vec::new();
-    let outcome = run_e2e(&libtest, &env, |line| {
+    let outcome = run_e2e_passes(&passes, &env, |line| {
         if let Some(m) = Measurement::parse_line(line) {
             measurements.push(m);
         }

@@ -138,6 +138,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         results: Vec::new(),
     };
     let root = testbed::repo_root();
+    // This run's matrix lines only.
+    match std::fs::remove_file(matrix_log()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            bail!("removing {}: {e}", matrix_log().display())
+        }
+        _ => {}
+    }
     // Every end-to-end test's own time, for the summary: what to trim when the suite nears its budget.
     let mut test_times = TestTimes::default();
 
@@ -554,6 +561,12 @@ fn cargo_e2e_output(root: &Path, extra_args: &[String]) -> anyhow::Result<String
     String::from_utf8(output.stdout).context("cargo test -p vko-e2e printed no UTF-8")
 }
 
+/// Where the disruption matrix's tests append their `MATRIX` lines during a run (emptied when
+/// the run starts): `cargo xtask matrix --from-log` renders the page from them.
+fn matrix_log() -> std::path::PathBuf {
+    testbed::target_dir().join("matrix-lines.log")
+}
+
 fn e2e_command(root: &Path, extra_args: &[String]) -> Command {
     let paths = Paths::from_env();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -573,6 +586,7 @@ fn e2e_command(root: &Path, extra_args: &[String]) -> Command {
         ])
         .args(extra_args)
         .current_dir(root)
+        .env(vko_e2e::matrix::LOG_ENV, matrix_log())
         .env("KUBECONFIG", paths.admin_kubeconfig())
         .env(paths::BIN_DIR_ENV, paths::bin_dir())
         .env(paths::STATE_DIR_ENV, paths.state_dir())

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use vko_authority::{Electorate, FenceAnswer, HeldAnswer, InstanceRole, Proof, Vote};
+use vko_authority::{Electorate, FenceAnswer, HeldAnswer, InstanceRole, Proof, SentinelWord, Vote};
 
 use crate::conf::RoleLine;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
@@ -185,18 +185,19 @@ pub fn leave_hold(
     }
 }
 
-/// A replica whose upstream is not the master the Sentinel majority names, and that master
-/// answers as master: where this replica should point instead. Sentinel reconfigures only the
-/// replicas it has discovered (from the master's INFO, every 10 s), so a replica that joined
-/// just before a failover keeps following the old master, chained behind it and invisible to
-/// Sentinel; this puts it where Sentinel would have. `None`: nothing to change.
+/// A replica whose upstream is not the master the authority names (the Sentinel majority, or
+/// without Sentinel the master Lease's holder), and that master answers as master: where this
+/// replica should point instead. Sentinel reconfigures only the replicas it has discovered (from
+/// the master's INFO, every 10 s), and a switchover without Sentinel only the replicas linked
+/// to the old master then, so a replica that joined just before keeps following the old
+/// master, chained behind it; this puts it where the authority says. `None`: nothing to change.
 pub fn repoint_replica(
     me: &Endpoint,
     upstream: &Endpoint,
-    sentinel_master: Option<&Endpoint>,
+    authority_master: Option<&Endpoint>,
     named_answers_master: bool,
 ) -> Option<Endpoint> {
-    let named = sentinel_master?;
+    let named = authority_master?;
     (named != upstream && named != me && named_answers_master).then(|| named.clone())
 }
 
@@ -231,14 +232,16 @@ pub fn file_role(live: &LiveRole, standalone: bool, port: u16) -> Option<RoleLin
     }
 }
 
-/// The `vko.gtrfc.com/instanceRole` label: `vko-authority`'s rule over the live role (a master
-/// the Sentinel majority does not name is labelled replica).
+/// The `vko.gtrfc.com/instanceRole` label: `vko-authority`'s rule over the live role (with
+/// Sentinel a master is labelled master once the majority names it; without a majority answer
+/// the label stays `current`).
 pub fn label_for(
     live: &LiveRole,
     me: &Endpoint,
-    sentinel_master: Option<&Endpoint>,
+    sentinel: SentinelWord<&Endpoint>,
+    current: Option<InstanceRole>,
 ) -> InstanceRole {
-    vko_authority::instance_role(*live == LiveRole::Master, me, sentinel_master)
+    vko_authority::instance_role(*live == LiveRole::Master, me, sentinel, current)
 }
 
 #[cfg(test)]
@@ -546,27 +549,34 @@ mod tests {
 
     #[test]
     fn label_is_cross_checked_against_sentinel() {
+        use SentinelWord::{Names, NoMajority, NoSentinel};
         let me = ep(0);
+        let other = ep(1);
+        let master = InstanceRole::Master;
+        let replica = InstanceRole::Replica;
+        assert_eq!(label_for(&LiveRole::Master, &me, NoSentinel, None), master);
+        assert_eq!(label_for(&LiveRole::Master, &me, Names(&me), None), master);
+        // Just promoted, the Sentinels not agreed yet: not master before they name it.
         assert_eq!(
-            label_for(&LiveRole::Master, &me, None),
-            InstanceRole::Master
+            label_for(&LiveRole::Master, &me, NoMajority, Some(replica)),
+            replica
         );
         assert_eq!(
-            label_for(&LiveRole::Master, &me, Some(&me)),
-            InstanceRole::Master
+            label_for(&LiveRole::Master, &me, NoMajority, Some(master)),
+            master
         );
         // A stale master: Sentinel's majority names another pod.
         assert_eq!(
-            label_for(&LiveRole::Master, &me, Some(&ep(1))),
-            InstanceRole::Replica
+            label_for(&LiveRole::Master, &me, Names(&other), Some(master)),
+            replica
         );
         assert_eq!(
-            label_for(&LiveRole::ReplicaOf(ep(1)), &me, Some(&me)),
-            InstanceRole::Replica
+            label_for(&LiveRole::ReplicaOf(ep(1)), &me, Names(&me), None),
+            replica
         );
         assert_eq!(
-            label_for(&LiveRole::Hold, &me, Some(&me)),
-            InstanceRole::Replica
+            label_for(&LiveRole::Hold, &me, Names(&me), Some(master)),
+            replica
         );
         // vko-authority depends on nothing, so it spells the label values itself.
         assert_eq!(

@@ -123,6 +123,9 @@ pub struct FenceState {
     /// a flag: a server stopped for longer than F renews nothing and the fencer's rounds end
     /// early, so a flag would still say "held" when it answers again, before the next round.
     lease_held_until: Mutex<Option<Instant>>,
+    /// Without Sentinel: the pod the master Lease names when the fencer last read it held by
+    /// another pod (`None`: held by this pod, missing, or unreadable); a replica follows it.
+    other_holder: Mutex<Option<String>>,
 }
 
 impl FenceState {
@@ -138,6 +141,17 @@ impl FenceState {
     pub fn holds_lease(&self) -> bool {
         let until = self.lease_held_until.lock().ok().and_then(|until| *until);
         until.is_some_and(|until| Instant::now() < until) && !self.is_fenced()
+    }
+
+    /// The other pod the master Lease names, as last read (see `other_holder`).
+    pub fn other_lease_holder(&self) -> Option<String> {
+        self.other_holder.lock().ok().and_then(|h| h.clone())
+    }
+
+    fn set_other_lease_holder(&self, holder: Option<String>) {
+        if let Ok(mut h) = self.other_holder.lock() {
+            *h = holder;
+        }
     }
 
     fn set_lease_held_until(&self, until: Option<Instant>) {
@@ -407,6 +421,10 @@ impl Fencer {
             .filter(|_| held)
             .map(|at| self.clock + at + self.settings.fence_after);
         self.state.set_lease_held_until(held_until);
+        self.state.set_other_lease_holder(match &self.lease_seen {
+            LeaseSeen::Other(holder) => Some(holder.clone()),
+            _ => None,
+        });
         if let LeaseSeen::Other(holder) = &self.lease_seen
             && is_master
             && self.state.is_fenced()

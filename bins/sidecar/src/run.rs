@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::sync::OnceCell;
-use vko_authority::InstanceRole;
+use vko_authority::{InstanceRole, SentinelWord};
 use vko_valkey::ValkeyClient;
 
 use crate::decide::{self, Authority, HoldExit, LiveRole};
@@ -139,8 +139,10 @@ impl Keeper {
             hold_exit = Some(exit);
         }
 
+        // Without Sentinel a master is labelled master only while it holds the Lease (ADR 0022).
+        let lease_mode = node.lease.is_some() && !node.topology.sentinel_enabled() && !standalone;
         if let LiveRole::ReplicaOf(upstream) = &live
-            && node.topology.sentinel_enabled()
+            && (node.topology.sentinel_enabled() || lease_mode)
             && self
                 .last_replica_check
                 .is_none_or(|t| t.elapsed() >= REPLICA_RECHECK)
@@ -153,20 +155,23 @@ impl Keeper {
             self.replica_mismatch = None;
         }
 
-        let sentinel_master = if live == LiveRole::Master && node.topology.sentinel_enabled() {
-            node.sentinel_master().await
+        let sentinel = if !node.topology.sentinel_enabled() {
+            SentinelWord::NoSentinel
+        } else if live == LiveRole::Master {
+            node.sentinel_master()
+                .await
+                .map_or(SentinelWord::NoMajority, SentinelWord::Names)
         } else {
-            None
+            // Not asked: a server that is not master is labelled replica whatever they say.
+            SentinelWord::NoMajority
         };
         // A fenced master serves no write: it must not be where -rw sends them (ADR 0019).
         let fenced = self.fence.is_fenced();
-        // Without Sentinel a master is labelled master only while it holds the Lease (ADR 0022).
-        let lease_mode = node.lease.is_some() && !node.topology.sentinel_enabled() && !standalone;
         let label =
             if fenced || (lease_mode && live == LiveRole::Master && !self.fence.holds_lease()) {
                 InstanceRole::Replica
             } else {
-                decide::label_for(&live, node.me(), sentinel_master.as_ref())
+                decide::label_for(&live, node.me(), sentinel.as_ref(), self.last_label)
             };
         self.keep_fence_annotation().await;
         // What this loop wrote is not necessarily what the pod carries: anyone with access to the
@@ -192,7 +197,7 @@ impl Keeper {
         }
         if self.last_label != Some(label) {
             if label == InstanceRole::Master
-                && (sentinel_master.as_ref() == Some(node.me()) || lease_mode)
+                && (sentinel.as_ref() == SentinelWord::Names(node.me()) || lease_mode)
             {
                 self.clear_other_master_labels().await;
             }
@@ -264,15 +269,25 @@ impl Keeper {
 
     /// Re-points this replica at the master Sentinel names when it follows another server
     /// (see [`decide::repoint_replica`]); returns the new upstream when it did.
+    /// A replica whose upstream is not the master the authority names — the Sentinel majority,
+    /// or without Sentinel the master Lease's holder — re-points at it once it was seen twice
+    /// and answers master: a replica that joined during a switchover can be left following the
+    /// old master, chained behind it, and nothing else would move it.
     async fn check_upstream(&mut self, upstream: &Endpoint) -> Result<Option<Endpoint>> {
         let node = self.node.clone();
-        let named = node.sentinel_master().await;
+        let named = if node.topology.sentinel_enabled() {
+            node.sentinel_master().await
+        } else {
+            self.fence
+                .other_lease_holder()
+                .and_then(|holder| node.topology.endpoint_of_pod(&holder))
+        };
         let Some(named) = named.filter(|m| m != upstream && m != node.me()) else {
             self.replica_mismatch = None;
             return Ok(None);
         };
         if self.replica_mismatch.as_ref() != Some(&named) {
-            tracing::info!(%upstream, sentinel_master = %named, "upstream is not the master Sentinel names; checking again before re-pointing");
+            tracing::info!(%upstream, authority_master = %named, "upstream is not the master the authority names; checking again before re-pointing");
             self.replica_mismatch = Some(named);
             return Ok(None);
         }
@@ -292,7 +307,7 @@ impl Keeper {
             .replicaof(&target.host, target.port)
             .await
             .map_err(SidecarError::valkey(format!("REPLICAOF {target}")))?;
-        tracing::info!(%upstream, new_upstream = %target, "re-pointed at the master Sentinel names (Sentinel had not reconfigured this replica)");
+        tracing::info!(%upstream, new_upstream = %target, "re-pointed at the master the authority names (nothing had reconfigured this replica)");
         self.replica_mismatch = None;
         Ok(Some(target))
     }

@@ -16,6 +16,7 @@ use vko_sidecar::conf::RoleLine;
 use vko_sidecar::error::{Result, SidecarError};
 use vko_sidecar::fence::{FenceSettings, FenceState, lease_fence_loop};
 use vko_sidecar::lease_api::{HeldLease, LeaseApi, Written};
+use vko_sidecar::run::Keeper;
 use vko_valkey::{ConnectOptions, ValkeyClient};
 
 #[derive(Default)]
@@ -236,5 +237,64 @@ async fn a_stopped_master_stops_holding_its_lease_within_f() {
         || async { state.holds_lease().then_some(()) },
     )
     .await;
+    fencer.abort();
+}
+
+/// A replica left following a pod that is no longer master (it joined during a switchover:
+/// chained behind a replica) re-points at the master Lease's holder once it was seen twice and
+/// answers master — nothing else would move it without Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chained_replica_follows_the_lease_holder() {
+    let holder = Server::start(&RoleLine::Master);
+    let middle = Server::start(&RoleLine::ReplicaOf(holder.endpoint()));
+    let chained = Server::start(&RoleLine::ReplicaOf(middle.endpoint()));
+    let mut node = node_for(
+        &chained,
+        &[&holder, &middle],
+        &[],
+        Arc::new(FakePods::default()),
+    );
+    std::fs::write(
+        &node.topology.replica_config,
+        format!("replicaof {} {}\n", common::HOST, middle.port),
+    )
+    .unwrap();
+    let lease = Arc::new(FakeLease::default());
+    lease.0.lock().unwrap().holder = Some(format!("pod-{}", holder.port));
+    node.lease = Some(lease.clone());
+    let node = Arc::new(node);
+    let state = Arc::new(FenceState::default());
+    let fencer = tokio::spawn(lease_fence_loop(
+        node.clone(),
+        state.clone(),
+        FenceSettings::default(),
+        lease,
+    ));
+    let mut keeper = Keeper::with_fence(node, state);
+    let client = chained.client().await;
+    let started = Instant::now();
+    let upstream = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the chained replica never followed the holder"
+        );
+        let _ = keeper.tick().await;
+        if let Some(upstream) = client
+            .info_replication()
+            .await
+            .ok()
+            .and_then(|r| r.upstream)
+            .filter(|u| u.master_port == holder.port)
+        {
+            break upstream;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "MEASURED chained replica re-pointed at the holder after {} ms",
+        started.elapsed().as_millis()
+    );
+    assert_eq!(upstream.master_host, common::HOST);
+    client.close().await;
     fencer.abort();
 }

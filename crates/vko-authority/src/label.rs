@@ -18,18 +18,47 @@ impl InstanceRole {
     }
 }
 
-/// The label rule: the server's own role, except that a master which the Sentinel majority does
-/// not name is labelled replica (never route writes to a stale master). Without a Sentinel
-/// majority (or without Sentinel) the server's word stands.
+/// What the Sentinels say about the master, as the label rule reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentinelWord<K> {
+    /// The topology has no Sentinel: the server's word stands.
+    NoSentinel,
+    /// No strict majority of the Sentinels answered naming one master this round.
+    NoMajority,
+    /// The Sentinel majority names this master.
+    Names(K),
+}
+
+impl<K> SentinelWord<K> {
+    pub fn as_ref(&self) -> SentinelWord<&K> {
+        match self {
+            SentinelWord::NoSentinel => SentinelWord::NoSentinel,
+            SentinelWord::NoMajority => SentinelWord::NoMajority,
+            SentinelWord::Names(k) => SentinelWord::Names(k),
+        }
+    }
+}
+
+/// The label rule: a server that does not answer master is labelled replica; with Sentinel a
+/// master is labelled master only once the Sentinel majority names it, and replica when the
+/// majority names another pod (never route writes to a stale master). Without a majority
+/// answer the label does not change (`current`, replica when unknown): a master just promoted
+/// waits for the majority to name it — a master whose node died still carries the label then,
+/// and only a master the majority names may clear it (two labelled masters would give `-rw` two
+/// endpoints) —, and a labelled master keeps its label through a round a Sentinel missed (the
+/// fencer relabels one that stays unproven, ADR 0019).
 pub fn instance_role<K: PartialEq>(
     answers_master: bool,
     me: &K,
-    sentinel_master: Option<&K>,
+    sentinel: SentinelWord<&K>,
+    current: Option<InstanceRole>,
 ) -> InstanceRole {
-    match sentinel_master {
+    match sentinel {
         _ if !answers_master => InstanceRole::Replica,
-        Some(named) if named != me => InstanceRole::Replica,
-        _ => InstanceRole::Master,
+        SentinelWord::NoSentinel => InstanceRole::Master,
+        SentinelWord::Names(named) if named == me => InstanceRole::Master,
+        SentinelWord::Names(_) => InstanceRole::Replica,
+        SentinelWord::NoMajority => current.unwrap_or(InstanceRole::Replica),
     }
 }
 
@@ -38,24 +67,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_master_is_labelled_master_unless_the_sentinel_majority_names_another_pod() {
-        let rows: &[(bool, Option<u8>, InstanceRole)] = &[
-            (true, None, InstanceRole::Master),
-            (true, Some(0), InstanceRole::Master),
-            // A stale master: the majority names another pod.
-            (true, Some(1), InstanceRole::Replica),
-            (false, None, InstanceRole::Replica),
-            (false, Some(0), InstanceRole::Replica),
-            (false, Some(1), InstanceRole::Replica),
+    fn a_master_is_labelled_master_once_the_sentinel_majority_names_it() {
+        use InstanceRole::{Master, Replica};
+        use SentinelWord::{Names, NoMajority, NoSentinel};
+        type Row = (
+            bool,
+            SentinelWord<u8>,
+            Option<InstanceRole>,
+            InstanceRole,
+            &'static str,
+        );
+        #[rustfmt::skip]
+        let rows: &[Row] = &[
+            (true, NoSentinel, None, Master, "without Sentinel the server's word stands"),
+            (true, Names(0), None, Master, "the majority names it"),
+            (true, Names(0), Some(Replica), Master, "promoted and named"),
+            (true, Names(1), Some(Master), Replica, "a stale master: the majority names another"),
+            (true, NoMajority, None, Replica, "unknown label, no majority: not yet"),
+            (true, NoMajority, Some(Replica), Replica, "just promoted: waits to be named"),
+            (true, NoMajority, Some(Master), Master, "a round a Sentinel missed: unchanged"),
+            (false, NoSentinel, Some(Master), Replica, "not master"),
+            (false, Names(0), Some(Master), Replica, "not master, though named"),
+            (false, NoMajority, Some(Master), Replica, "not master, no majority"),
         ];
-        for (answers_master, named, expected) in rows {
+        for (answers_master, word, current, expected, why) in rows {
             assert_eq!(
-                instance_role(*answers_master, &0u8, named.as_ref()),
+                instance_role(*answers_master, &0u8, word.as_ref(), *current),
                 *expected,
-                "answers master {answers_master}, named {named:?}"
+                "{why}"
             );
         }
-        assert_eq!(InstanceRole::Master.as_str(), "master");
-        assert_eq!(InstanceRole::Replica.as_str(), "replica");
+        assert_eq!(Master.as_str(), "master");
+        assert_eq!(Replica.as_str(), "replica");
     }
 }

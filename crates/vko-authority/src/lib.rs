@@ -35,7 +35,7 @@ pub use fence::{
     UnfenceReason, authority_proof, fence_action, fence_deadline, held_majority_proof,
     proves_authority,
 };
-pub use label::{InstanceRole, instance_role};
+pub use label::{InstanceRole, SentinelWord, instance_role};
 pub use lease::{
     HOLDER_SETTLE, LEASE_EXPIRY_MARGIN, LEASE_FENCE_LEAD, LEASE_RENEW_INTERVAL,
     LEASE_STEADY_RECHECK, LeaseDecision, LeaseSeen, LeaseSighting, LeaseView,
