@@ -16,19 +16,16 @@
 use vko_e2e::{ha_support, operator_support};
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use ha_support::{
-    Follow, Pods, ROLE_LABEL, Reply, VALKEY_PORT, WriteLog, Writer, call, endpoint_pods,
-    eventually, info, info_field, missing_keys, pod_is_ready, role_master_pod,
-    sentinel_master_host,
+    Concurrency, Follow, Pods, ROLE_LABEL, Reply, VALKEY_PORT, WriteLog, Writer, call,
+    endpoint_pods, eventually, info, info_field, missing_keys, pod_is_ready, role_master_pod,
+    sentinel_master_host, watch_terminations,
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use operator_support::{
     OperatorTest, condition, http_status, install_crd, operator, spawn_operator, wait_for_valkey,
 };
@@ -143,64 +140,6 @@ async fn settled(client: &kube::Client, ns: &str, name: &str, shape: Shape) -> a
         },
     )
     .await
-}
-
-/// The most pods of one tier that were terminating at the same time, per tier, while watched.
-#[derive(Debug, Default, Clone)]
-struct Concurrency {
-    data: usize,
-    sentinel: usize,
-}
-
-/// Watches the namespace's pods and records how many of each tier terminate at once.
-fn watch_terminations(
-    client: kube::Client,
-    ns: String,
-    name: String,
-) -> (
-    Arc<std::sync::Mutex<Concurrency>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let seen = Arc::new(std::sync::Mutex::new(Concurrency::default()));
-    let record = seen.clone();
-    let task = tokio::spawn(async move {
-        let api: Api<Pod> = Api::namespaced(client, &ns);
-        let mut terminating: BTreeMap<String, bool> = BTreeMap::new();
-        let sentinel_prefix = format!("{name}-sentinel-");
-        let data_prefix = format!("{name}-");
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let Ok(event) = event else { continue };
-            match event {
-                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                    terminating.insert(pod.name_any(), pod.metadata.deletion_timestamp.is_some());
-                }
-                watcher::Event::Delete(pod) => {
-                    terminating.remove(&pod.name_any());
-                }
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-            let count = |sentinel: bool| {
-                terminating
-                    .iter()
-                    .filter(|(pod, t)| {
-                        **t && if sentinel {
-                            pod.starts_with(&sentinel_prefix)
-                        } else {
-                            pod.strip_prefix(&data_prefix)
-                                .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
-                        }
-                    })
-                    .count()
-            };
-            let (data, sentinel) = (count(false), count(true));
-            if let Ok(mut seen) = record.lock() {
-                seen.data = seen.data.max(data);
-                seen.sentinel = seen.sentinel.max(sentinel);
-            }
-        }
-    });
-    (seen, task)
 }
 
 /// What one roll measured.
@@ -422,20 +361,6 @@ async fn valkey_warnings(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<
 async fn explain_fences(ns: &str, name: &str) {
     let needles = ["FENCED", "do not prove", "promoted", "demoted", "drain"];
     print_log_lines(ns, &format!("{name}-"), "sidecar", &needles).await;
-}
-
-/// What the Sentinels did about the master (failovers, switches, down verdicts), from the rolled
-/// Sentinel pods' kept logs and the live ones' (printed next to lost writes).
-async fn explain_sentinel_failovers(ns: &str, name: &str) {
-    let needles = [
-        "+switch-master",
-        "+failover",
-        "+odown",
-        "+sdown",
-        "+promoted",
-        "-failover",
-    ];
-    print_log_lines(ns, &format!("{name}-sentinel-"), "sentinel", &needles).await;
 }
 
 /// Prints the lines holding any of `needles` of `container`'s logs in the pods `<prefix><n>`:
@@ -869,25 +794,17 @@ async fn a_standalone_with_persistence_rolls_without_losing_a_write() {
     .unwrap();
 }
 
-/// When to kill the operator: a predicate on the `Valkey`.
-type KillPoint = Box<dyn Fn(&Valkey) -> bool + Send>;
-
-/// An operator process of this test's own (the shared one of operator_support cannot be killed
-/// and restarted): the same binary, arguments and identity. SIGKILLed when dropped.
+/// An operator process of this test's own (rendering another sidecar image than the shared
+/// one's): the same binary, arguments and identity. SIGKILLed when dropped.
 struct OwnOperator {
     child: std::process::Child,
     port: u16,
-    /// Removed on drop unless a test failed or the operator was [`OwnOperator::kill`]ed.
+    /// Removed on drop unless a test failed.
     log_path: std::path::PathBuf,
-    remove_log: bool,
 }
 
 impl OwnOperator {
-    fn start() -> anyhow::Result<OwnOperator> {
-        OwnOperator::start_with_image("vko.local/vko:dev")
-    }
-
-    /// As [`OwnOperator::start`], rendering `image` as the sidecar's (the chart's image value).
+    /// Renders `image` as the sidecar's (the chart's image value).
     fn start_with_image(image: &str) -> anyhow::Result<OwnOperator> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -910,14 +827,7 @@ impl OwnOperator {
             child,
             port,
             log_path,
-            remove_log: true,
         })
-    }
-
-    /// SIGKILLs the operator and hands back its log, kept for the test to read or remove.
-    fn kill(mut self) -> std::path::PathBuf {
-        self.remove_log = false;
-        self.log_path.clone()
     }
 
     /// Waits until this operator leads (an earlier operator may hold the lease until it expires,
@@ -941,7 +851,7 @@ impl Drop for OwnOperator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if self.remove_log && !std::thread::panicking() {
+        if !std::thread::panicking() {
             let _ = std::fs::remove_file(&self.log_path);
         }
     }
@@ -1051,144 +961,6 @@ async fn exclusive_a_sidecar_only_change_on_a_single_pod_is_deferred_with_sideca
         "{images:?}"
     );
     drop(next);
-    namespace.cleanup().await.unwrap();
-}
-
-/// The operator is SIGKILLed three times during a 3+3 roll (after the first data pod was deleted,
-/// after the master switchover, during the Sentinel tier) and restarted each time: the roll
-/// resumes from `status.rollingUpdate` (under whichever operator next holds the shared Lease),
-/// never has two pods of a tier terminating at once, and completes without losing an
-/// acknowledged write.
-///
-/// Exclusive (`cargo xtask test` runs it alone): its own operators must lead the shared Lease, so
-/// the shared one must be stopped (no other test using it), and each kill would stall the
-/// reconciling of every other test's Valkey.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_a_roll_survives_the_operator_being_killed_three_times() {
-    let testbed = Testbed::from_env().await.unwrap();
-    let client = testbed.client();
-    install_crd(&client).await.unwrap();
-    let shape = Shape {
-        replicas: 3,
-        sentinel: true,
-        persistence: false,
-    };
-    let namespace = TestNamespace::create(&client, "roll-kill").await.unwrap();
-    let ns = namespace.name().to_owned();
-    let name = "roll";
-    {
-        // The shared operator installs the chart's RBAC and brings the cluster up, then stops.
-        let _shared = operator().await.unwrap();
-        apply_yaml(&client, &ns, &shape.yaml(name)).await.unwrap();
-        settled(&client, &ns, name, shape).await.unwrap();
-    }
-    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
-    let initial_master = valkeys
-        .get(name)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.master_pod)
-        .unwrap();
-    let first = OwnOperator::start().unwrap();
-    first.leading().await.unwrap();
-    let mut own = Some(first);
-    let killer = {
-        let valkeys = valkeys.clone();
-        async move {
-            let points: [(&str, KillPoint); 3] = [
-                (
-                    "after the first data pod was deleted",
-                    Box::new(|v: &Valkey| {
-                        v.status
-                            .as_ref()
-                            .and_then(|s| s.rolling_update.as_ref())
-                            .is_some_and(|r| r.last_deleted.is_some())
-                    }),
-                ),
-                (
-                    "after the master switchover",
-                    Box::new(move |v: &Valkey| {
-                        v.status.as_ref().is_some_and(|s| {
-                            s.master_pod.as_deref() != Some(initial_master.as_str())
-                                && s.rolling_update.is_some()
-                        })
-                    }),
-                ),
-                (
-                    "during the Sentinel tier",
-                    Box::new(|v: &Valkey| {
-                        v.status.as_ref().is_some_and(|s| {
-                            matches!(s.phase, Some(Phase::SentinelRollingUpdate { .. }))
-                        })
-                    }),
-                ),
-            ];
-            let mut kills = Vec::new();
-            let mut logs = Vec::new();
-            for (what, point) in points {
-                wait_for_valkey(&valkeys, name, what, Duration::from_secs(600), |v| point(v))
-                    .await?;
-                let phase = valkeys
-                    .get(name)
-                    .await?
-                    .status
-                    .and_then(|s| s.phase)
-                    .map(|p| p.to_string());
-                logs.extend(own.take().map(OwnOperator::kill));
-                eprintln!("operator SIGKILLed {what} (phase {phase:?})");
-                kills.push(what);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                own = Some(OwnOperator::start()?);
-            }
-            Ok::<_, anyhow::Error>((kills, logs, own))
-        }
-    };
-    let rolled = tokio::spawn({
-        let client = client.clone();
-        let ns = ns.clone();
-        async move { roll_once(&client, &ns, name, shape, Change::CpuRequest(19), "kill").await }
-    });
-    let (kills, mut logs, own) = killer.await.unwrap();
-    let (result, _, _) = rolled.await.unwrap().unwrap();
-    logs.extend(own.map(OwnOperator::kill));
-    let gaps: Vec<u128> = result.log.switchover_gaps().into_iter().map(ms).collect();
-    println!(
-        "MEASURED roll-kill: kills={} roll_ms={} acked={} lost={} switchover_gaps_ms={gaps:?} max_terminating data={} sentinel={} masters_after={:?}",
-        kills.len(),
-        ms(result.total),
-        result.log.acked.len(),
-        result.lost,
-        result.concurrency.data,
-        result.concurrency.sentinel,
-        result.masters_after,
-    );
-    if result.lost > 0 {
-        // What each operator did to the data plane, for the lost writes printed above.
-        const NEEDLES: [&str; 5] = ["roll step", "switch", "REPLICAOF", "Lease", "failed"];
-        for log in &logs {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            for line in text
-                .lines()
-                .filter(|l| NEEDLES.iter().any(|n| l.contains(n)))
-            {
-                eprintln!("{}: {line}", log.display());
-            }
-        }
-        explain_fences(&ns, name).await;
-        explain_sentinel_failovers(&ns, name).await;
-    }
-    assert_eq!(kills.len(), 3);
-    assert_eq!(result.lost, 0, "acknowledged writes lost");
-    for log in logs {
-        let _ = std::fs::remove_file(log);
-    }
-    assert_eq!(result.masters_after.len(), 1, "masters after the roll");
-    assert!(
-        result.concurrency.data <= 1 && result.concurrency.sentinel <= 1,
-        "two pods of a tier terminating at once: {:?}",
-        result.concurrency
-    );
     namespace.cleanup().await.unwrap();
 }
 

@@ -808,3 +808,63 @@ mod tests {
         assert!(!super::contains_ipv4("version 12.34.56"));
     }
 }
+
+/// The most pods of one tier that were terminating at the same time, per tier, while watched.
+#[derive(Debug, Default, Clone)]
+pub struct Concurrency {
+    pub data: usize,
+    pub sentinel: usize,
+}
+
+/// Watches the namespace's pods and records how many of each tier terminate at once.
+pub fn watch_terminations(
+    client: kube::Client,
+    ns: String,
+    name: String,
+) -> (
+    Arc<std::sync::Mutex<Concurrency>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = Arc::new(std::sync::Mutex::new(Concurrency::default()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let api: Api<Pod> = Api::namespaced(client, &ns);
+        let mut terminating: BTreeMap<String, bool> = BTreeMap::new();
+        let sentinel_prefix = format!("{name}-sentinel-");
+        let data_prefix = format!("{name}-");
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    terminating.insert(pod.name_any(), pod.metadata.deletion_timestamp.is_some());
+                }
+                watcher::Event::Delete(pod) => {
+                    terminating.remove(&pod.name_any());
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+            let count = |sentinel: bool| {
+                terminating
+                    .iter()
+                    .filter(|(pod, t)| {
+                        **t && if sentinel {
+                            pod.starts_with(&sentinel_prefix)
+                        } else {
+                            pod.strip_prefix(&data_prefix)
+                                .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+                        }
+                    })
+                    .count()
+            };
+            let (data, sentinel) = (count(false), count(true));
+            if let Ok(mut seen) = record.lock() {
+                seen.data = seen.data.max(data);
+                seen.sentinel = seen.sentinel.max(sentinel);
+            }
+        }
+    });
+    (seen, task)
+}

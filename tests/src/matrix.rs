@@ -253,6 +253,15 @@ impl Row {
         }
     }
 
+    /// The fault is or includes a rolling update, which replaces one pod of a tier at a time:
+    /// the runner watches how many terminate at once.
+    pub fn rolls(self) -> bool {
+        matches!(
+            self,
+            Row::RollingUpdate | Row::OperatorKilledMidRoll | Row::ApiserverRestartMidRoll
+        )
+    }
+
     /// A client inside the master pod's network namespace writes too (to 127.0.0.1): the
     /// client on the master's side of a partition.
     pub fn has_master_side_client(self) -> bool {
@@ -307,9 +316,10 @@ impl Row {
                  its containers are SIGKILLed), then started again"
             }
             Row::OperatorKilledMidRoll => {
-                "the operator SIGKILLed during a rolling update (as `rolling-update`) after the \
-                 first data pod was deleted and again after the master switchover, started \
-                 again 1 s after each kill"
+                "the operator SIGKILLed during a rolling update (`spec.podAnnotations` and, \
+                 with Sentinel, `spec.sentinel.podAnnotations` changed) after the first data \
+                 pod was deleted, after the master switchover and, with Sentinel, during the \
+                 Sentinel tier, started again 1 s after each kill"
             }
             Row::OperatorDownMasterKill => {
                 "the operator SIGKILLed, then the master's valkey-server SIGKILLed; the operator \
@@ -576,6 +586,10 @@ pub struct Measurement {
     pub max_master_labels: u64,
     pub max_rw_endpoints: u64,
     pub samples: u64,
+    /// For a row that rolls: the most pods of one tier terminating at once (a roll replaces
+    /// one at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_terminating: Option<u64>,
     /// The master before and after.
     pub master_before: String,
     pub master_after: String,
@@ -657,6 +671,11 @@ impl Measurement {
         }
         if self.max_rw_endpoints > 1 {
             broken.push(format!("{} -rw endpoints at once", self.max_rw_endpoints));
+        }
+        if let Some(n) = self.max_terminating.filter(|n| *n > 1) {
+            broken.push(format!(
+                "{n} pods of a tier terminating at once during a roll"
+            ));
         }
         match (self.unwritable_ms, self.row.outage_enforced(self.topology)) {
             (None, _) => broken.push("no write acknowledged after the fault".into()),
@@ -910,6 +929,7 @@ mod tests {
             max_master_labels: 1,
             max_rw_endpoints: 1,
             samples: 300,
+            max_terminating: None,
             master_before: "m-0".into(),
             master_after: "m-1".into(),
         }
@@ -1019,6 +1039,9 @@ mod tests {
         m.unwritable_ms = Some(60_001);
         assert_eq!(m.violations().len(), 1, "but within its bound");
         let mut m = measurement(Row::OperatorKilledMidRoll);
+        m.max_terminating = Some(2);
+        assert_eq!(m.violations().len(), 1, "two pods of a tier going at once");
+        m.max_terminating = Some(1);
         m.unwritable_ms = Some(5_001);
         assert_eq!(
             m.violations().len(),

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use vko_api::Valkey;
+use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
 
 use crate::fence_measure::split_lost;
 use crate::fence_support::{AckWriter, Sampler, pod_netns};
 use crate::ha_support::{
     Follow, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, Writer, call, endpoint_pods, eventually, info,
-    info_field, kill_valkey_server, missing_keys,
+    info_field, kill_valkey_server, missing_keys, watch_terminations,
 };
 use crate::matrix::{MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable};
 use crate::operator_support::{
@@ -97,6 +97,8 @@ struct Expect {
     master_moved_from: Option<String>,
     /// Every data pod carries this value of [`ROLL_ANNOTATION`].
     rolled_to: Option<String>,
+    /// Every Sentinel pod carries `rolled_to` too.
+    sentinels_rolled: bool,
     /// Where the fence bound's window starts when not at the fault: a paused server's resume.
     window_start: Option<Instant>,
     /// The data pods then (default 3).
@@ -128,7 +130,11 @@ async fn healthy(
         }
         let pods = Pods::list(&client, ns).await?;
         if let Some(value) = &expect.rolled_to {
-            for pod in pods.names_with_prefix(&format!("{NAME}-")) {
+            let mut rolled = pods.names_with_prefix(&format!("{NAME}-"));
+            if expect.sentinels_rolled {
+                rolled.extend(pods.names_with_prefix(&format!("{NAME}-sentinel-")));
+            }
+            for pod in rolled {
                 let annotation = pods.by_name.get(&pod).and_then(|p| {
                     p.metadata
                         .annotations
@@ -235,9 +241,17 @@ pub async fn measure(
         topology.label(),
         row.id()
     );
+    let terminations = row
+        .rolls()
+        .then(|| watch_terminations(client.clone(), ns.clone(), NAME.into()));
     let fault = Instant::now();
-    let expect = inject(test, row, run, &master, &pods).await?;
+    let expect = inject(test, topology, row, run, &master, &pods).await?;
     let master_after = healthy(test, topology, &expect).await?;
+    let max_terminating = terminations.map(|(seen, task)| {
+        task.abort();
+        let seen = seen.lock().map(|c| c.clone()).unwrap_or_default();
+        seen.data.max(seen.sentinel) as u64
+    });
     let healthy_at = Instant::now();
     until_acked(
         &plain,
@@ -338,6 +352,7 @@ pub async fn measure(
         max_master_labels: samples.max_master_labels as u64,
         max_rw_endpoints: samples.max_rw_endpoints as u64,
         samples: samples.samples as u64,
+        max_terminating,
         master_before: master,
         master_after,
     };
@@ -389,14 +404,20 @@ async fn patch_spec(
     Ok(())
 }
 
-/// Starts a roll: every pod gets [`ROLL_ANNOTATION`] = `value`.
-async fn start_roll(client: &kube::Client, ns: &str, value: &str) -> anyhow::Result<()> {
-    patch_spec(
-        client,
-        ns,
-        serde_json::json!({"podAnnotations": {ROLL_ANNOTATION: value}}),
-    )
-    .await
+/// Starts a roll: every data pod (and with `sentinels` every Sentinel pod) gets
+/// [`ROLL_ANNOTATION`] = `value`.
+async fn start_roll(
+    client: &kube::Client,
+    ns: &str,
+    value: &str,
+    sentinels: bool,
+) -> anyhow::Result<()> {
+    let annotations = serde_json::json!({ ROLL_ANNOTATION: value });
+    let mut spec = serde_json::json!({ "podAnnotations": annotations });
+    if sentinels {
+        spec["sentinel"] = serde_json::json!({ "podAnnotations": annotations });
+    }
+    patch_spec(client, ns, spec).await
 }
 
 /// Waits until the measured `Valkey`'s status shows `what`.
@@ -436,6 +457,7 @@ async fn until_acked(writer: &Writer, at_least: usize, what: &str) -> anyhow::Re
 /// must show besides.
 async fn inject(
     test: &OperatorTest,
+    topology: Topology,
     row: Row,
     run: usize,
     master: &str,
@@ -552,7 +574,7 @@ async fn inject(
         }
         Row::RollingUpdate => {
             let value = format!("run-{run}");
-            start_roll(&client, &ns, &value).await?;
+            start_roll(&client, &ns, &value, false).await?;
             Expect {
                 rolled_to: Some(value),
                 ..moved()
@@ -581,8 +603,9 @@ async fn inject(
         }
         Row::OperatorKilledMidRoll => {
             let value = format!("kill-{run}");
-            start_roll(&client, &ns, &value).await?;
-            let points: [(&str, KillPoint); 2] = [
+            let sentinels = topology.has_sentinel();
+            start_roll(&client, &ns, &value, sentinels).await?;
+            let mut points: Vec<(&str, KillPoint)> = vec![
                 (
                     "after the first data pod was deleted",
                     Box::new(first_pod_deleted),
@@ -597,6 +620,16 @@ async fn inject(
                     }),
                 ),
             ];
+            if sentinels {
+                points.push((
+                    "during the Sentinel tier",
+                    Box::new(|v: &Valkey| {
+                        v.status.as_ref().is_some_and(|s| {
+                            matches!(s.phase, Some(Phase::SentinelRollingUpdate { .. }))
+                        })
+                    }),
+                ));
+            }
             for (what, point) in points {
                 status_shows(&client, &ns, what, point).await?;
                 kill_operator()?;
@@ -606,6 +639,7 @@ async fn inject(
             }
             Expect {
                 rolled_to: Some(value),
+                sentinels_rolled: sentinels,
                 ..moved()
             }
         }
@@ -619,7 +653,7 @@ async fn inject(
         }
         Row::ApiserverRestartMidRoll => {
             let value = format!("apiserver-{run}");
-            start_roll(&client, &ns, &value).await?;
+            start_roll(&client, &ns, &value, false).await?;
             status_shows(
                 &client,
                 &ns,
