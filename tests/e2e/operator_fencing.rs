@@ -5,8 +5,9 @@
 //! - `partition` 40 s (cut off the network);
 //! - `sentinels-cut-off` 20 s (a one-way cut, ADR 0041: the master drops what its Sentinels send to
 //!   its Valkey port, while it still reaches them — they fail it over, it must be fenced first);
-//! - `pause` (SIGSTOP of its valkey container; the sidecar keeps running) for 15 s, then 60 s on
-//!   the same cluster.
+//! - `pause` (SIGSTOP of its valkey container; the sidecar keeps running), in `bench_fence` only:
+//!   the suite's pause runs are the disruption matrix's `master-pause-15s` / `-60s` rows (a
+//!   client in the master's network namespace, its window from the resume, the same bound).
 //!
 //! Asserted for each: acknowledged writes are lost only among those acknowledged within F (+ the
 //! fencer's poll and the fault's own latency) of the window start — the cut of a partition, the
@@ -541,34 +542,6 @@ async fn cluster_of(topology: Topology, prefix: &str) -> anyhow::Result<Operator
     test.apply_until_ok(&topology.yaml(), NAME, 3, Duration::from_secs(240))
         .await?;
     Ok(test)
-}
-
-/// SIGSTOP of the master's valkey-server for 15 s, then (the cluster whole again) for 60 s: a
-/// stopped server acknowledges nothing; what counts is what it acknowledges after SIGCONT.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_a_paused_master_acknowledges_nothing_past_f_after_the_resume() {
-    paused_for_15_then_60_seconds(Topology::ThreePlusThree, "op-fence-pause")
-        .await
-        .unwrap();
-}
-
-/// One cluster of `topology`, its master SIGSTOPped for 15 s and then (whole again) for 60 s.
-async fn paused_for_15_then_60_seconds(topology: Topology, prefix: &str) -> anyhow::Result<()> {
-    let test = cluster_of(topology, prefix).await?;
-    for hold in [Duration::from_secs(15), Duration::from_secs(60)] {
-        assert_fenced(&test, topology, FaultKind::Pause, hold).await?;
-    }
-    test.cleanup().await
-}
-
-/// The same without Sentinel (ADR 0022): a stopped server renews nothing, so the operator promotes
-/// a replica once the master Lease was unchanged 6 s; at the resume the stopped server answers
-/// what was queued, then its fencer reads the Lease held by another pod and fences.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_a_paused_master_without_sentinel_acknowledges_nothing_past_f_after_the_resume() {
-    paused_for_15_then_60_seconds(Topology::ThreeNoSentinel, "op-fence-lpause")
-        .await
-        .unwrap();
 }
 
 /// One 3 + 3, first with its Sentinels answering in turn (ADR 0040), then its master partitioned

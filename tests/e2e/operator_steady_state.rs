@@ -1,7 +1,10 @@
 //! No write without a change (ADR 0018), counted from the API server's audit log: a Sentinel 3+3
-//! (with PodDisruptionBudgets) and a standalone Valkey reach OK; then, for 60 s of steady state,
-//! the operator's identity (`vko-e2e-operator`) makes no write request at all in the test's
-//! namespace (its leader Lease renewals in `default` are counted and printed, not failed). After a spec change that only one
+//! (with PodDisruptionBudgets) and a standalone Valkey with TLS from cert-manager (its
+//! Certificate written by the operator) reach OK; then, for 60 s of steady state, the operator's
+//! identity (`vko-e2e-operator`) makes no request at all in the test's namespace — no write, and
+//! no GET or LIST either: the Certificates are read from their watch, not fetched per pass
+//! (ADR 0046) — (its leader Lease renewals in `default` are counted and printed, not failed).
+//! After a spec change that only one
 //! PodDisruptionBudget renders, exactly that PodDisruptionBudget and the Valkey's status (its
 //! observedGeneration) are written; after someone edits a label the operator owns on a ConfigMap,
 //! exactly that ConfigMap is written back.
@@ -17,9 +20,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use operator_support::{OperatorTest, SOLO_VALKEY, ok_with, wait_for_valkey};
+use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_e2e::operator_support;
+use vko_testbed::cert_manager::CA_ISSUER;
 use vko_testbed::harness::apply_yaml;
 use vko_testbed::paths::Paths;
 use vko_testbed::pki::E2E_OPERATOR_USER;
@@ -31,9 +35,9 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// After a change: long enough for the pass it triggers and any follow-up pass.
 const AFTER_CHANGE: Duration = Duration::from_secs(20);
 
-/// One write request of the operator's identity, as the audit log records it.
+/// One request of the operator's identity, as the audit log records it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Write {
+struct Request {
     verb: String,
     resource: String,
     subresource: String,
@@ -41,7 +45,7 @@ struct Write {
     name: String,
 }
 
-impl std::fmt::Display for Write {
+impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let sub = if self.subresource.is_empty() {
             String::new()
@@ -56,9 +60,21 @@ impl std::fmt::Display for Write {
     }
 }
 
-/// Every write request (any verb but get/list/watch) of the operator's identity received in
-/// `[from, to)`.
-fn operator_writes(from: Timestamp, to: Timestamp) -> anyhow::Result<Vec<Write>> {
+/// Which requests [`operator_requests`] returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Any verb but get, list and watch.
+    Writes,
+    /// Writes, gets and lists (a watch is long-lived: opened once, not per pass).
+    WritesAndReads,
+}
+
+/// Every request of the operator's identity received in `[from, to)` that `counted` names.
+fn operator_requests(
+    from: Timestamp,
+    to: Timestamp,
+    counted: Counted,
+) -> anyhow::Result<Vec<Request>> {
     let path = vko_testbed::controlplane::audit_log(&Paths::from_env());
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading the audit log {}", path.display()))?;
@@ -74,7 +90,11 @@ fn operator_writes(from: Timestamp, to: Timestamp) -> anyhow::Result<Vec<Write>>
             continue;
         }
         let verb = field("/verb").unwrap_or_default();
-        if ["get", "list", "watch"].contains(&verb) {
+        let skipped: &[&str] = match counted {
+            Counted::Writes => &["get", "list", "watch"],
+            Counted::WritesAndReads => &["watch"],
+        };
+        if skipped.contains(&verb) {
             continue;
         }
         let Some(received) =
@@ -86,7 +106,7 @@ fn operator_writes(from: Timestamp, to: Timestamp) -> anyhow::Result<Vec<Write>>
             continue;
         }
         let object = |key: &str| field(&format!("/objectRef/{key}")).unwrap_or_default();
-        writes.push(Write {
+        writes.push(Request {
             verb: verb.to_owned(),
             resource: object("resource").to_owned(),
             subresource: object("subresource").to_owned(),
@@ -99,8 +119,8 @@ fn operator_writes(from: Timestamp, to: Timestamp) -> anyhow::Result<Vec<Write>>
 
 /// The writes of `writes` to objects in `namespace`, and how many went elsewhere (the leader
 /// Lease's renewals in `default`; objects of other test namespaces, e.g. one still terminating).
-fn in_namespace(writes: Vec<Write>, namespace: &str) -> (Vec<Write>, BTreeMap<String, usize>) {
-    let (here, elsewhere): (Vec<Write>, Vec<Write>) =
+fn in_namespace(writes: Vec<Request>, namespace: &str) -> (Vec<Request>, BTreeMap<String, usize>) {
+    let (here, elsewhere): (Vec<Request>, Vec<Request>) =
         writes.into_iter().partition(|w| w.namespace == namespace);
     let mut others = BTreeMap::new();
     for write in elsewhere {
@@ -111,7 +131,7 @@ fn in_namespace(writes: Vec<Write>, namespace: &str) -> (Vec<Write>, BTreeMap<St
     (here, others)
 }
 
-fn tally(writes: &[Write]) -> BTreeMap<String, usize> {
+fn tally(writes: &[Request]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for write in writes {
         *counts.entry(write.to_string()).or_insert(0) += 1;
@@ -125,9 +145,10 @@ async fn writes_after_change(
     from: Timestamp,
     namespace: &str,
     what: &str,
-) -> anyhow::Result<Vec<Write>> {
+) -> anyhow::Result<Vec<Request>> {
     tokio::time::sleep(AFTER_CHANGE).await;
-    let (writes, elsewhere) = in_namespace(operator_writes(from, Timestamp::now())?, namespace);
+    let requests = operator_requests(from, Timestamp::now(), Counted::Writes)?;
+    let (writes, elsewhere) = in_namespace(requests, namespace);
     eprintln!(
         "after {what}: {} write(s) in {namespace}: {:#?}; elsewhere: {elsewhere:?}",
         writes.len(),
@@ -151,7 +172,17 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
     )
     .await
     .unwrap();
-    apply_yaml(&client, &ns, SOLO_VALKEY).await.unwrap();
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: solo}}\n\
+             spec: {{replicas: 1, image: valkey/valkey:8.0, tls: {{enabled: true, certManager: \
+             {{issuer: {{kind: ClusterIssuer, name: {CA_ISSUER}}}}}}}}}\n"
+        ),
+    )
+    .await
+    .unwrap();
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let long = Duration::from_secs(300);
     wait_for_valkey(&valkeys, "ha", "ha OK with 3 ready", long, ok_with(3))
@@ -166,9 +197,10 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
     let from = Timestamp::now();
     tokio::time::sleep(STEADY_WINDOW).await;
     let to = Timestamp::now();
-    let (steady, elsewhere) = in_namespace(operator_writes(from, to).unwrap(), &ns);
+    let requests = operator_requests(from, to, Counted::WritesAndReads).unwrap();
+    let (steady, elsewhere) = in_namespace(requests, &ns);
     eprintln!(
-        "steady state {from} .. {to}: {} write(s) in {ns}: {:#?}; elsewhere: {elsewhere:?}",
+        "steady state {from} .. {to}: {} request(s) in {ns}: {:#?}; elsewhere: {elsewhere:?}",
         steady.len(),
         tally(&steady)
     );
@@ -182,7 +214,7 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
     }
     assert!(
         steady.is_empty(),
-        "steady state wrote {} time(s): {:#?}",
+        "steady state made {} request(s): {:#?}",
         steady.len(),
         tally(&steady)
     );
@@ -221,14 +253,14 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
         "one PodDisruptionBudget took maxUnavailable 2"
     );
     let mut expected = vec![
-        Write {
+        Request {
             verb: "patch".into(),
             resource: "poddisruptionbudgets".into(),
             subresource: String::new(),
             namespace: ns.clone(),
             name: changed[0].clone(),
         },
-        Write {
+        Request {
             verb: "patch".into(),
             resource: "valkeys".into(),
             subresource: "status".into(),
@@ -266,7 +298,7 @@ async fn an_unchanged_valkey_costs_no_write_and_a_change_writes_only_what_change
         .unwrap();
     assert_eq!(
         written,
-        vec![Write {
+        vec![Request {
             verb: "patch".into(),
             resource: "configmaps".into(),
             subresource: String::new(),

@@ -263,9 +263,22 @@ impl Row {
     }
 
     /// A client inside the master pod's network namespace writes too (to 127.0.0.1): the
-    /// client on the master's side of a partition.
+    /// client on the master's side of a partition, or of a paused master (what it acknowledges
+    /// after SIGCONT is what counts).
     pub fn has_master_side_client(self) -> bool {
-        self == Row::MasterPartition40s
+        matches!(
+            self,
+            Row::MasterPartition40s | Row::MasterPause15s | Row::MasterPause60s
+        )
+    }
+
+    /// What the master-side client's window starts at (its lost writes are allowed within
+    /// [`MASTER_SIDE_BOUND`] of it): a paused server acknowledges nothing until SIGCONT.
+    pub fn master_side_window(self) -> &'static str {
+        match self {
+            Row::MasterPause15s | Row::MasterPause60s => "the resume",
+            _ => "the cut",
+        }
     }
 
     /// Exactly what the runner does.
@@ -285,10 +298,12 @@ impl Row {
                  place, faster than down-after), without persistence"
             }
             Row::MasterPause15s => {
-                "SIGSTOP of the master's valkey container for 15 s, then SIGCONT"
+                "SIGSTOP of the master's valkey container for 15 s, then SIGCONT, a client \
+                 inside its network namespace writing to 127.0.0.1 throughout"
             }
             Row::MasterPause60s => {
-                "SIGSTOP of the master's valkey container for 60 s, then SIGCONT"
+                "SIGSTOP of the master's valkey container for 60 s, then SIGCONT, a client \
+                 inside its network namespace writing to 127.0.0.1 throughout"
             }
             Row::MasterPartition40s => {
                 "the master's pod cut off the network for 40 s (connections hang), a client \
@@ -547,14 +562,16 @@ impl Row {
     }
 }
 
-/// What the client on the master's side of a partition saw.
+/// What the client on the master's side of a partition or pause saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MasterSide {
     pub acked: u64,
     pub lost: u64,
-    /// The latest of its lost writes, after the fault (ms); `None`: nothing lost.
+    /// The latest of its lost writes, after the window start (the cut, or the resume of a
+    /// pause; ms); `None`: nothing lost.
     pub last_lost_ms: Option<u64>,
-    /// Lost writes acknowledged before the fault or later than [`MASTER_SIDE_BOUND`] after it.
+    /// Lost writes acknowledged before the fault or later than [`MASTER_SIDE_BOUND`] after the
+    /// window start.
     pub lost_outside_bound: u64,
 }
 
@@ -757,8 +774,9 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
         push(
             &mut page,
             &format!(
-                "Every run is held to: 0 lost (a client on a partitioned master's side: only \
-                 writes acknowledged within {:.2} s of the cut; without persistence, what was \
+                "Every run is held to: 0 lost (a client on a partitioned or paused master's \
+                 side: only writes acknowledged within {:.2} s of the cut or the resume; without \
+                 persistence, what was \
                  acknowledged before every pod went); never two pods labelled master or two `-rw` \
                  endpoints at one sample; unwritable within issue 15's target — {} s for an \
                  unplanned fault, {} s for a planned one — or, where vko does not meet it yet, \
@@ -793,11 +811,12 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
                 .filter_map(|m| m.master_side.as_ref())
                 .map(|s| {
                     format!(
-                        " The client on the master's side: {} of {} lost, the latest acknowledged {} after the cut.",
+                        " The client on the master's side: {} of {} lost, the latest acknowledged {} after {}.",
                         s.lost,
                         s.acked,
                         s.last_lost_ms
-                            .map_or("—".into(), |ms| format!("{:.2} s", ms as f64 / 1000.0))
+                            .map_or("—".into(), |ms| format!("{:.2} s", ms as f64 / 1000.0)),
+                        row.master_side_window()
                     )
                 })
                 .collect::<Vec<_>>()

@@ -324,7 +324,7 @@ pub async fn measure(
                 &lost,
                 fault - FAULT_LANDED_SLACK,
                 fault + FAULT_LANDED_SLACK,
-                fault,
+                window_start,
                 MASTER_SIDE_BOUND,
             );
             Some(MasterSide {

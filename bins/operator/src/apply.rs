@@ -126,8 +126,8 @@ pub fn decide(
 }
 
 /// Applies `desired` in order, each stamped with its applied hash, skipping those whose live copy
-/// already holds them. `lookup` answers what the stores know under a name (`None` for the optional
-/// CRD kinds, which have no store); a name they do not know is read with one GET. Continues past
+/// already holds them. `lookup` answers what the stores know under a name (`None` for an optional
+/// CRD kind whose watch has not listed); a name they do not know is read with one GET. Continues past
 /// failures; everything is in the report.
 pub async fn apply_objects(
     client: &kube::Client,
@@ -239,9 +239,10 @@ async fn take_over_fields(
     Ok(())
 }
 
-/// The objects of an unwatched kind (cert-manager's Certificate, the Prometheus-Operator's
+/// The objects of an optional kind (cert-manager's Certificate, the Prometheus-Operator's
 /// ServiceMonitor) labelled as the cluster `cluster`'s: one metadata LIST, so a Certificate no
-/// longer wanted (certManager turned off, the tiers unified) can be found and deleted.
+/// longer wanted (certManager turned off, the tiers unified) can be found and deleted. Used only
+/// while that kind's watch has not listed (`optional_watch`).
 pub async fn list_unwatched(
     client: &kube::Client,
     namespace: &str,

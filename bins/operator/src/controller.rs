@@ -39,6 +39,7 @@ use crate::leader::Leadership;
 use crate::master_lease;
 use crate::metrics::Metrics;
 use crate::nudge;
+use crate::optional_watch::OptionalStores;
 use crate::own_writes::OwnWrites;
 use crate::roll;
 use crate::secrets;
@@ -67,6 +68,8 @@ pub struct OperatorConfig {
 pub struct Context {
     pub client: kube::Client,
     pub stores: Stores,
+    /// The optional CRD kinds, watched while served (ADR 0046).
+    pub optional: OptionalStores,
     pub events: EventPublisher,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
@@ -98,6 +101,7 @@ impl Context {
     pub fn new(
         client: kube::Client,
         stores: Stores,
+        optional: OptionalStores,
         events: EventPublisher,
         config: OperatorConfig,
         metrics: Arc<Metrics>,
@@ -106,6 +110,7 @@ impl Context {
         Context {
             client,
             stores,
+            optional,
             events,
             config,
             metrics,
@@ -788,9 +793,11 @@ async fn apply(
             difference: difference.clone(),
         });
     }
-    let stores = &ctx.stores;
+    let (stores, optional) = (&ctx.stores, &ctx.optional);
     let mut report = apply::apply_objects(&ctx.client, namespace, uid, &desired, |kind, object| {
-        stores.object(kind, namespace, object)
+        stores
+            .object(kind, namespace, object)
+            .or_else(|| optional.object(kind, namespace, object))
     })
     .await;
     if !report.applied.is_empty() {
@@ -799,11 +806,13 @@ async fn apply(
     let wanted: BTreeSet<_> = desired.iter().map(DesiredObject::key).collect();
     let mut observed = stores.all_in(namespace);
     let served = ctx.config.optional_apis.served();
-    for (kind, is_served) in [
-        (ManagedKind::Certificate, served.cert_manager),
-        (ManagedKind::ServiceMonitor, served.prometheus_operator),
-    ] {
-        if !is_served {
+    for kind in ManagedKind::OPTIONAL {
+        if !served.serves(kind) {
+            continue;
+        }
+        // From the kind's watch once it has listed; one LIST by the cluster's label until then.
+        if let Some(listed) = optional.listed_in(kind, namespace) {
+            observed.extend(listed);
             continue;
         }
         match apply::list_unwatched(&ctx.client, namespace, name, kind).await {
@@ -2008,9 +2017,15 @@ pub async fn run(
         "vko-operator",
         options.reporter_instance,
     );
+    let optional = OptionalStores::spawn(
+        &clients.watch,
+        options.config.optional_apis.clone(),
+        &options.shutdown,
+    );
     let ctx = Arc::new(Context::new(
         clients.request.clone(),
         stores.clone(),
+        optional,
         events,
         options.config,
         metrics,
@@ -2515,6 +2530,7 @@ mod tests {
             Arc::new(Context::new(
                 client.clone(),
                 stores,
+                OptionalStores::default(),
                 EventPublisher::new(client, "vko-operator", None),
                 context_config(),
                 Arc::new(Metrics::new(None, "test")),
@@ -2646,6 +2662,7 @@ mod tests {
             let ctx = Arc::new(Context::new(
                 client.clone(),
                 stores,
+                OptionalStores::default(),
                 EventPublisher::new(client, "vko-operator", None),
                 context_config(),
                 Arc::new(Metrics::new(None, "test")),

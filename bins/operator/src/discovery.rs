@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::stores::ManagedKind;
+
 /// How often the API groups are listed again (one `GET /apis`).
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(20);
 /// How long one listing may take.
@@ -25,6 +27,15 @@ pub struct Served {
 }
 
 impl Served {
+    /// Whether `kind`'s API group is served (the core kinds always are).
+    pub fn serves(self, kind: ManagedKind) -> bool {
+        match kind {
+            ManagedKind::Certificate => self.cert_manager,
+            ManagedKind::ServiceMonitor => self.prometheus_operator,
+            _ => true,
+        }
+    }
+
     /// From the names of the groups the API server serves.
     pub fn from_group_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Served {
         let mut served = Served::default();

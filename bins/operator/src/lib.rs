@@ -16,6 +16,7 @@ pub mod master_lease;
 pub mod metrics;
 pub mod migrate;
 pub mod nudge;
+pub mod optional_watch;
 pub mod own_writes;
 pub mod password;
 pub mod readiness;

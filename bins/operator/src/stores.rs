@@ -39,9 +39,9 @@ pub enum ManagedKind {
     PodDisruptionBudget,
     NetworkPolicy,
     Deployment,
-    /// cert-manager; not watched (optional CRD).
+    /// cert-manager; an optional CRD, watched only while served (`optional_watch`).
     Certificate,
-    /// Prometheus-Operator; not watched (optional CRD).
+    /// Prometheus-Operator; an optional CRD, watched only while served (`optional_watch`).
     ServiceMonitor,
 }
 
@@ -58,6 +58,10 @@ impl ManagedKind {
         ManagedKind::NetworkPolicy,
         ManagedKind::Deployment,
     ];
+
+    /// The optional CRD kinds: no store of [`Stores`], a gated watch each
+    /// (`crate::optional_watch`).
+    pub const OPTIONAL: [ManagedKind; 2] = [ManagedKind::Certificate, ManagedKind::ServiceMonitor];
 
     /// The kind named by a rendered object's `apiVersion` and `kind`.
     pub fn of(api_version: &str, kind: &str) -> Option<ManagedKind> {
@@ -278,7 +282,7 @@ watched_kinds! {
 /// The watch of a kind the operator writes: only objects carrying its managed-by label (ADR 0028),
 /// so the cache holds none of the cluster's other ConfigMaps, Services or Roles. A generated name
 /// the store does not know is read with one GET before it is written (`apply::apply_objects`).
-fn owned() -> watcher::Config {
+pub(crate) fn owned() -> watcher::Config {
     watcher::Config::default().labels(labels::MANAGED_BY_SELECTOR)
 }
 
@@ -300,20 +304,26 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let watch = watcher(Api::<K>::all(client.clone()), config).modify(|object| {
-        let written_by_go_operator =
-            object.meta().managed_fields.iter().flatten().any(|entry| {
-                vko_render::is_adoptable(entry, vko_render::GO_OPERATOR_FIELD_MANAGERS)
-            });
-        if !written_by_go_operator {
-            object.meta_mut().managed_fields = None;
-        }
-    });
+    let watch = watcher(Api::<K>::all(client.clone()), config).modify(strip_managed_fields);
     let stream = reflector::reflector(writer, watch)
         .default_backoff()
         .touched_objects()
         .boxed();
     (reader, stream)
+}
+
+/// Drops an object's managedFields unless the Go operator wrote it (its field set is taken over
+/// once by the apply step).
+pub(crate) fn strip_managed_fields<K: Resource>(object: &mut K) {
+    let written_by_go_operator = object
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|entry| vko_render::is_adoptable(entry, vko_render::GO_OPERATOR_FIELD_MANAGERS));
+    if !written_by_go_operator {
+        object.meta_mut().managed_fields = None;
+    }
 }
 
 /// Resolves once `store` has listed (`false` if its watch stopped first).
@@ -444,9 +454,8 @@ mod tests {
     #[test]
     fn every_rendered_kind_is_known_and_round_trips_to_its_resource() {
         for kind in ManagedKind::WATCHED
-            .iter()
-            .copied()
-            .chain([ManagedKind::Certificate, ManagedKind::ServiceMonitor])
+            .into_iter()
+            .chain(ManagedKind::OPTIONAL)
         {
             let resource = kind.api_resource();
             assert_eq!(resource.kind, kind.name());
