@@ -8,7 +8,7 @@
 //! cert-manager leaving and coming back under a running operator: uninstalled, a `Valkey` with
 //! `tls.certManager` gets `ReconcileBlocked=True/CertManagerMissing` and a Warning Event naming its
 //! Certificate; reinstalled, the operator writes the Certificate again and the condition clears,
-//! with no operator restart (it re-reads the API groups every 20 s, ADR 0037).
+//! with no operator restart (it watches the Certificate CRD by name, ADR 0047).
 //!
 //! The operator runs with the chart's RBAC only (`operator_support`), so this also proves the chart
 //! grants what these paths need, and it is what puts those writes into the audit log for

@@ -538,7 +538,6 @@ fn cert_manager_missing(rendered: &vko_render::Rendered) -> Option<Error> {
         .collect();
     (!certificates.is_empty()).then(|| Error::CertManagerMissing {
         certificates: certificates.join(", "),
-        notice_secs: crate::discovery::REFRESH_INTERVAL.as_secs(),
     })
 }
 
@@ -2034,11 +2033,11 @@ pub async fn run(
     // cert-manager or the Prometheus-Operator installed (or removed) while running: every Valkey
     // is reconciled again.
     let (groups_changed, groups_changes) = tokio::sync::mpsc::channel(1);
-    discovery::spawn_refresher(
-        clients.request.clone(),
+    discovery::spawn_watches(
+        &clients.watch,
         ctx.config.optional_apis.clone(),
         groups_changed,
-        options.shutdown.clone(),
+        &options.shutdown,
     );
     let secret_valkeys = valkeys.clone();
     let shutdown = options.shutdown.clone();
@@ -2205,7 +2204,12 @@ mod tests {
         let error = cert_manager_missing(&rendered).unwrap();
         assert_eq!(error.reason(), ConditionReason::CertManagerMissing);
         let message = error.to_string();
-        for part in ["a-tls", "cert-manager.io", "spec.tls.secretName", "20 s"] {
+        for part in [
+            "a-tls",
+            "certificates.cert-manager.io",
+            "spec.tls.secretName",
+            "established",
+        ] {
             assert!(message.contains(part), "{message:?} names {part:?}");
         }
         inputs.cert_manager_present = true;

@@ -66,12 +66,9 @@ pub enum Error {
     /// `spec.tls.certManager` is set and cert-manager's API is not served: the Certificates are
     /// not written (a TLS Secret issued before keeps serving, but nothing renews it).
     #[error(
-        "spec.tls.certManager is set but cert-manager is not installed (the API server does not serve cert-manager.io), so Certificate {certificates} cannot be written and its TLS Secret is neither issued nor renewed; install cert-manager or use spec.tls.secretName, the operator notices within {notice_secs} s"
+        "spec.tls.certManager is set but cert-manager is not installed (no established CRD certificates.cert-manager.io serving v1), so Certificate {certificates} cannot be written and its TLS Secret is neither issued nor renewed; install cert-manager or use spec.tls.secretName, the operator continues by itself once the CRD is established"
     )]
-    CertManagerMissing {
-        certificates: String,
-        notice_secs: u64,
-    },
+    CertManagerMissing { certificates: String },
 
     /// The auth Secret's password is empty, only whitespace or not UTF-8: nothing is started or
     /// rolled with it (it would mean a server without a password, or another password).
@@ -304,7 +301,6 @@ mod tests {
             (
                 Error::CertManagerMissing {
                     certificates: "a-tls".into(),
-                    notice_secs: 20,
                 },
                 "CertManagerMissing",
             ),

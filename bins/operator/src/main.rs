@@ -16,7 +16,7 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use vko_operator::controller::{OPERATOR_VERSION, OperatorConfig, RunOptions};
-use vko_operator::discovery::{self, OptionalApis, Served};
+use vko_operator::discovery::{self, OptionalApis};
 use vko_operator::leader::Leadership;
 use vko_operator::metrics::Metrics;
 use vko_operator::readiness::{Phase, Readiness};
@@ -377,12 +377,13 @@ async fn main() -> anyhow::Result<()> {
         operator_peer,
         operator_image: args.operator_image,
         cluster_domain: args.cluster_domain,
-        optional_apis: Arc::new(OptionalApis::new(
-            discovery::list(&client).await.unwrap_or_else(|error| {
-                tracing::warn!(%error, "optional API groups unknown until the next refresh");
-                Served::default()
-            }),
-        )),
+        optional_apis: Arc::new(OptionalApis::new({
+            let (served, errors) = discovery::read(&client).await;
+            for error in errors {
+                tracing::warn!(%error, "optional API not served until its CRD's watch lists");
+            }
+            served
+        })),
     };
     tracing::info!(
         version = OPERATOR_VERSION,
