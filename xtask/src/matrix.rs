@@ -52,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // Anywhere in a line: a log may hold the tests' stderr interleaved with their stdout.
         let measurements: Vec<Measurement> = text
             .lines()
-            .filter_map(|line| Measurement::parse_line(&line[line.find("MATRIX ")?..]))
+            .filter_map(matrix_line)
             .filter(|m| topologies.contains(&m.topology))
             .collect();
         return write_page(&args, measurements, Ok(()));
@@ -86,11 +86,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut measurements = Vec::new();
     let outcome = run_e2e_passes(&passes, &env, |line| {
-        if let Some(m) = Measurement::parse_line(line) {
+        if let Some(m) = matrix_line(line) {
             measurements.push(m);
         }
     });
     write_page(&args, measurements, outcome)
+}
+
+/// The measurement a `MATRIX` line carries, wherever it starts in `line`: with `--nocapture`
+/// libtest's `test … ... ` and other tests' output can precede it on the same line (a run of
+/// 2026-12-06 lost a row from the page that way).
+fn matrix_line(line: &str) -> Option<Measurement> {
+    Measurement::parse_line(&line[line.find("MATRIX ")?..])
 }
 
 /// Writes the page from `measurements`; fails when there are none, when a run broke its bound,
@@ -171,4 +178,25 @@ fn today() -> anyhow::Result<String> {
         .output()
         .context("running date")?;
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"MATRIX {"topology":"3+3","row":"master-node-stopped","run":1,"acked":484522,"lost":0,"confirmed":173927,"confirmed_lost":0,"lost_after_healthy":0,"lost_outside_bound":0,"master_side":null,"unwritable_ms":8052,"healthy_ms":55639,"max_master_labels":1,"max_rw_endpoints":1,"samples":583,"master_before":"mx-0","master_after":"mx-2"}"#;
+
+    #[test]
+    fn a_matrix_line_is_found_after_other_output_on_its_line() {
+        let alone = matrix_line(LINE).unwrap();
+        assert_eq!(alone.row, Row::MasterNodeStopped);
+        // As the run of 2026-12-06 printed it: libtest's test line, then the MATRIX line.
+        let interleaved =
+            format!("test disruption_matrix::exclusive_control_plane_and_node_faults ... {LINE}");
+        assert_eq!(matrix_line(&interleaved), Some(alone));
+        assert_eq!(
+            matrix_line("matrix 3+3 master-node-stopped run 1: master mx-0"),
+            None
+        );
+    }
 }
