@@ -689,6 +689,10 @@ async fn write_loop(
     }
 }
 
+/// How long a writer's reconnect waits for the API to name `-rw`'s endpoints (only a label for
+/// its log).
+const ENDPOINTS_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A connection to `<valkey>-rw`'s ClusterIP, and the Service's ready endpoints as it connected.
 /// Connects to `<valkey>-rw`'s ClusterIP, looked up once and kept in `cluster_ip` (as a client's
 /// resolver would: a client needs no API server to reconnect); the endpoints' pods, when the API
@@ -713,9 +717,16 @@ async fn connect_rw(
             cluster_ip.insert(ip).clone()
         }
     };
-    let endpoints = endpoint_pods(client, ns, &service)
-        .await
-        .unwrap_or_else(|_| vec!["(API unreachable)".into()]);
+    // Bounded: the writer measures the data path and must never wait on the API server (the
+    // admin client's read timeout is kube's 295 s, and rows restart the API server).
+    let endpoints = tokio::time::timeout(
+        ENDPOINTS_LOOKUP_TIMEOUT,
+        endpoint_pods(client, ns, &service),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_else(|| vec!["(API unreachable)".into()]);
     // A client's connect timeout, not a test's: while `-rw` has no ready endpoint kube-proxy
     // routes to the terminating old master, and once its pod is gone a SYN to it is dropped, so
     // the timeout, not the cluster, would set the write gap (10 s measured with a 10 s timeout).
