@@ -87,6 +87,13 @@ impl Served {
             _ => true,
         }
     }
+
+    fn set(&mut self, api: OptionalApi, served: bool) {
+        match api {
+            OptionalApi::CertManager => self.cert_manager = served,
+            OptionalApi::PrometheusOperator => self.prometheus_operator = served,
+        }
+    }
 }
 
 /// The last answer, read by every pass.
@@ -128,13 +135,13 @@ impl OptionalApis {
 /// first passes already know. An API whose CRD cannot be read counts as not served (its watch,
 /// started with the controller, corrects that once it lists) and is named in the error.
 pub async fn read(client: &kube::Client) -> (Served, Vec<String>) {
-    let apis = OptionalApis::default();
+    let mut served = Served::default();
     let mut errors = Vec::new();
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     for api in OptionalApi::ALL {
         match tokio::time::timeout(GET_TIMEOUT, crds.get_opt(api.crd_name())).await {
             Ok(Ok(crd)) => {
-                apis.update(api, crd.is_some_and(|crd| api.served_by(&crd)));
+                served.set(api, crd.is_some_and(|crd| api.served_by(&crd)));
             }
             Ok(Err(error)) => errors.push(format!("reading CRD {}: {error}", api.crd_name())),
             Err(_) => errors.push(format!(
@@ -144,7 +151,7 @@ pub async fn read(client: &kube::Client) -> (Served, Vec<String>) {
             )),
         }
     }
-    (apis.served(), errors)
+    (served, errors)
 }
 
 /// Follows each optional API's CRD with a watch of that one name (on `client`, the watch
