@@ -90,9 +90,6 @@ pub enum LossRule {
     /// partition, the resume of a paused server: the fence bound of ADR 0019/0022), or in the
     /// instant the fault hit (acknowledged, not yet replicated, as in a crash); by any writer.
     WithinFenceBound,
-    /// Every pod of a cluster without persistence is gone: whatever was acknowledged before
-    /// the fault may be lost; nothing acknowledged after the cluster was healthy again.
-    NoPersistence,
 }
 
 /// How long a row may leave the cluster unwritable.
@@ -134,17 +131,6 @@ const LEASE_LOOK: KnownGap = KnownGap {
           operator sees the Lease unchanged only when it looks — every 2 s while steady (ADR 0043) — and promotes 6 s \
           after it first saw that version",
     enforced: Duration::from_secs(16),
-};
-/// Every pod gone at once.
-const EVERY_POD: KnownGap = KnownGap {
-    why: "every pod starts again at once: the data pods bootstrap a master, the Sentinels \
-          (restarted too) learn it, then `-rw` follows. With Sentinel the master's preStop \
-          pauses writes and asks Sentinel to promote a replica that is itself terminating; \
-          that promotion fails, and writes wait until a replacement has copied the paused \
-          master and is promoted, or until the handover's 20 s pause deadline (8.1–18.0 s in \
-          9 runs on 2026-12-06), so the bound is that deadline plus a failover; the fix, not \
-          built yet, is a handover that skips terminating replicas",
-    enforced: Duration::from_secs(25),
 };
 /// Without Sentinel only the operator promotes.
 const OPERATOR_BACK: KnownGap = KnownGap {
@@ -411,20 +397,18 @@ impl Row {
                  from Sentinels that fail it over behind a partition)."
             }
             Row::EveryPodDeleted if sentinel => {
-                "Without persistence only the running pods hold the data. The master's preStop \
-                 pauses writes and has Sentinel fail over while the replacements start at once \
-                 (the StatefulSet's Parallel policy); in most runs measured Sentinel promoted a \
-                 replacement that had copied the paused master first — which nothing \
-                 guarantees: when the replicas' servers were gone before the master's preStop \
-                 asked, it had nobody to hand over to and what was acknowledged went with the \
-                 pods (1 run of 9 on 2026-12-06), so the bound allows the loss. With \
-                 persistence: not measured yet."
+                "Without persistence only the running pods hold the data. The StatefulSet \
+                 recreates each pod once the old one is gone (Parallel policy), so the master's \
+                 preStop keeps taking writes — its fencer on guard — until a replacement has \
+                 copied it, is Ready and is known to a Sentinel, then hands over to it, never to \
+                 a replica that is itself going (at most 35 s; ADR 0048). Writes stop only for \
+                 that switchover. With persistence: not measured yet."
             }
             Row::EveryPodDeleted => {
                 "Without persistence only the running pods hold the data: the master's preStop \
-                 hands over to a replica that is itself going, the promotion fails, and what was \
-                 acknowledged goes with the pods; the new pods bootstrap an empty cluster and \
-                 take writes. With persistence: not measured yet."
+                 keeps the master Lease and takes writes until a replacement has copied it and \
+                 is Ready, then moves the Lease and promotes it, never a replica that is itself \
+                 going (at most 35 s; ADR 0048). With persistence: not measured yet."
             }
             Row::RollingUpdate => {
                 "Replicas are replaced one at a time, then one switchover to an updated replica \
@@ -478,8 +462,6 @@ impl Row {
             Row::MasterPartition40s | Row::MasterPause15s | Row::MasterPause60s
         ) {
             LossRule::WithinFenceBound
-        } else if self == Row::EveryPodDeleted {
-            LossRule::NoPersistence
         } else {
             LossRule::None
         }
@@ -528,7 +510,6 @@ impl Row {
             | Row::ScaleDownMasterOrdinal
             | Row::OperatorKilledMidRoll
             | Row::ApiserverRestartMidRoll => Some(RW_SWITCHOVER),
-            Row::EveryPodDeleted => Some(EVERY_POD),
             Row::SentinelMajorityStopped => Some(SENTINELS_BACK),
             Row::MasterPause15s
             | Row::MasterPause60s
@@ -550,6 +531,9 @@ impl Row {
             | Row::ReplicaDelete
             | Row::ReplicaPartition40s
             | Row::SentinelDelete => None,
+            // The master's preStop waits for a replacement and switches over to it (ADR 0048):
+            // a switchover, well within the unplanned target.
+            Row::EveryPodDeleted => None,
         }
     }
 
@@ -595,8 +579,6 @@ pub struct Measurement {
     /// `SET` + `WAIT 1 1000` through `<name>-rw` reaching one replica, and how many are lacking.
     pub confirmed: u64,
     pub confirmed_lost: u64,
-    /// Of the lost, how many were acknowledged after the cluster was healthy again.
-    pub lost_after_healthy: u64,
     /// Of the lost, how many the row's [`LossRule::WithinFenceBound`] does not allow.
     pub lost_outside_bound: u64,
     pub master_side: Option<MasterSide>,
@@ -668,15 +650,9 @@ impl Measurement {
                     self.lost_outside_bound, self.lost
                 ));
             }
-            LossRule::NoPersistence if self.lost_after_healthy > 0 => {
-                broken.push(format!(
-                    "{} writes acknowledged after the cluster was healthy again lost",
-                    self.lost_after_healthy
-                ));
-            }
             _ => {}
         }
-        if self.confirmed_lost > 0 && rule != LossRule::NoPersistence {
+        if self.confirmed_lost > 0 {
             broken.push(format!("{} confirmed writes lost", self.confirmed_lost));
         }
         if let Some(side) = &self.master_side {
@@ -783,9 +759,8 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
             &mut page,
             &format!(
                 "Every run is held to: 0 lost (a client on a partitioned or paused master's \
-                 side: only writes acknowledged within {:.2} s of the cut or the resume; without \
-                 persistence, what was \
-                 acknowledged before every pod went); never two pods labelled master or two `-rw` \
+                 side: only writes acknowledged within {:.2} s of the cut or the resume); never \
+                 two pods labelled master or two `-rw` \
                  endpoints at one sample; unwritable within issue 15's target — {} s for an \
                  unplanned fault, {} s for a planned one — or, where vko does not meet it yet, \
                  within the bound its known gap states below. The **unwritable** column says \
@@ -948,7 +923,6 @@ mod tests {
             lost: 0,
             confirmed: 100,
             confirmed_lost: 0,
-            lost_after_healthy: 0,
             lost_outside_bound: 0,
             master_side: None,
             unwritable_ms: Some(1_000),
@@ -1014,15 +988,10 @@ mod tests {
             side.lost_outside_bound = 1;
         }
         assert_eq!(m.violations().len(), 1);
+        // Every pod deleted: the master's preStop hands its data to a replacement (issue 15).
         let mut m = measurement(Row::EveryPodDeleted);
-        m.lost = 900;
-        m.confirmed_lost = 90;
-        assert!(
-            m.violations().is_empty(),
-            "no persistence: gone with the pods"
-        );
-        m.lost_after_healthy = 1;
-        assert_eq!(m.violations().len(), 1, "but not what came after");
+        m.lost = 1;
+        assert_eq!(m.violations().len(), 1, "every pod deleted loses nothing");
         let mut m = measurement(Row::MasterPause15s);
         m.lost = 2;
         assert!(m.violations().is_empty(), "within F of the resume");

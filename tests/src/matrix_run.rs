@@ -303,12 +303,6 @@ pub async fn measure(
             outside.iter().take(5).collect::<Vec<_>>()
         );
     }
-    let lost_after_healthy = plain
-        .acked
-        .iter()
-        .zip(&plain.ok_times)
-        .filter(|(key, at)| **at > healthy_at && lost_set.contains(key))
-        .count();
     let master_side = match side {
         Some(acks) => {
             let missing = missing_keys(&ip, &acks.keys).await?;
@@ -344,7 +338,6 @@ pub async fn measure(
         lost: lost.len() as u64,
         confirmed: confirming.confirmed.len() as u64,
         confirmed_lost: confirmed_lost.len() as u64,
-        lost_after_healthy: lost_after_healthy as u64,
         lost_outside_bound: outside.len() as u64,
         master_side,
         unwritable_ms: unwritable(&plain.ok_times, fault, stopped).map(|d| d.as_millis() as u64),

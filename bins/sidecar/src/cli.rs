@@ -220,7 +220,10 @@ impl PodApi for NoPodApi {
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }
-    fn is_terminating<'a>(&'a self, _: &'a str) -> futures::future::BoxFuture<'a, Result<bool>> {
+    fn presence<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<crate::pod_api::PodPresence>> {
         Box::pin(async { Err(SidecarError::Kube("no API access in this container".into())) })
     }
     fn role_label<'a>(

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use vko_authority::{Electorate, FenceAnswer, HeldAnswer, InstanceRole, Proof, SentinelWord, Vote};
 
+use vko_valkey::parse::SentinelReplica;
+
 use crate::conf::RoleLine;
 use crate::topology::{Endpoint, PeerEvidence, PeerReport, SentinelAnswer};
 use vko_authority::HOLD_HOST;
@@ -242,6 +244,128 @@ pub fn label_for(
     current: Option<InstanceRole>,
 ) -> InstanceRole {
     vko_authority::instance_role(*live == LiveRole::Master, me, sentinel, current)
+}
+
+/// How one of the other data pods stands, as the API answers for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerPod {
+    /// The pod exists and is not being deleted; `ready`: its `Ready` condition is true (it
+    /// is in its Services' endpoints: `-rw` can route to it once it is labelled master).
+    Staying { ready: bool },
+    /// The pod has a deletion timestamp.
+    Leaving,
+    /// No pod of that name.
+    Gone,
+    /// The API did not answer.
+    Unknown,
+}
+
+impl PeerPod {
+    fn leaves(self) -> bool {
+        matches!(self, PeerPod::Leaving | PeerPod::Gone)
+    }
+}
+
+/// Whether a master that is stopping first waits, serving writes, for a successor: only when
+/// every other data pod is leaving too (every pod of the cluster deleted at once). Then any
+/// replica it hands over to goes with it, and the StatefulSet brings each back under its name
+/// only once the old pod is gone; a replacement that has copied this master is the one that
+/// keeps the data. A single pod, a peer staying or a peer the API did not answer about: no
+/// wait, the handover runs at once.
+pub fn awaits_successor(peers: &[PeerPod]) -> bool {
+    !peers.is_empty() && peers.iter().all(|p| p.leaves())
+}
+
+/// How long a peer pod may be missing before a stopping master stops waiting for its
+/// replacement: the StatefulSet controller creates the new pod right after the old one is
+/// removed, so a name still free after this is not coming back (the Valkey, its StatefulSet or
+/// its namespace is being deleted).
+pub const REPLACEMENT_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether no replacement is coming: every peer pod has been missing for at least
+/// [`REPLACEMENT_GRACE`] (`None`: present, or its state unknown).
+pub fn no_replacement_coming(missing_for: &[Option<Duration>]) -> bool {
+    !missing_for.is_empty()
+        && missing_for
+            .iter()
+            .all(|m| m.is_some_and(|m| m >= REPLACEMENT_GRACE))
+}
+
+/// An online replica of the stopping master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub endpoint: Endpoint,
+    /// The offset the replica last acknowledged.
+    pub offset: i64,
+    pub pod: PeerPod,
+}
+
+/// Whom the handover may promote.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Successors {
+    /// Replicas whose pods stay (or whose state the API did not tell): those with a Ready pod
+    /// first, then the most caught up.
+    pub eligible: Vec<Endpoint>,
+    /// Those of `eligible` whose pods are Ready.
+    pub ready: Vec<Endpoint>,
+    /// Replicas whose pods are leaving: never promoted while an eligible one exists (a
+    /// promoted replica that is itself being deleted takes the master role down with it).
+    pub leaving: Vec<Endpoint>,
+}
+
+impl Successors {
+    /// Sentinel's `never_promote`: the leaving replicas, unless no other is online (then
+    /// steering every replica away would leave Sentinel no replica to promote).
+    pub fn never_promote(&self) -> Vec<Endpoint> {
+        if self.eligible.is_empty() {
+            Vec::new()
+        } else {
+            self.leaving.clone()
+        }
+    }
+
+    /// The direct promotion's target when some replica is leaving: the first eligible one (a
+    /// Ready pod first); otherwise `None` (the switchover takes the most caught-up online
+    /// replica).
+    pub fn direct_target(&self) -> Option<Endpoint> {
+        if self.leaving.is_empty() {
+            None
+        } else {
+            self.eligible.first().cloned()
+        }
+    }
+}
+
+pub fn successors(candidates: &[Candidate]) -> Successors {
+    let mut eligible: Vec<&Candidate> = candidates.iter().filter(|c| !c.pod.leaves()).collect();
+    let ready = |c: &Candidate| matches!(c.pod, PeerPod::Staying { ready: true });
+    eligible.sort_by(|a, b| {
+        ready(b)
+            .cmp(&ready(a))
+            .then(b.offset.cmp(&a.offset))
+            .then(a.endpoint.cmp(&b.endpoint))
+    });
+    Successors {
+        ready: eligible
+            .iter()
+            .filter(|c| ready(c))
+            .map(|c| c.endpoint.clone())
+            .collect(),
+        eligible: eligible.into_iter().map(|c| c.endpoint.clone()).collect(),
+        leaving: candidates
+            .iter()
+            .filter(|c| c.pod.leaves())
+            .map(|c| c.endpoint.clone())
+            .collect(),
+    }
+}
+
+/// Whether a Sentinel would pick `replica` in a failover now: connected and not down, a
+/// non-zero priority, its link to the master up.
+pub fn promotable_by_sentinel(replica: &SentinelReplica) -> bool {
+    !replica.flags.is_down()
+        && replica.priority != Some(0)
+        && replica.master_link_status.as_deref() == Some("ok")
 }
 
 #[cfg(test)]
@@ -604,5 +728,126 @@ mod tests {
         assert_eq!(repoint_replica(&me, &named, Some(&named), true), None);
         assert_eq!(repoint_replica(&me, &old, None, true), None);
         assert_eq!(repoint_replica(&me, &old, Some(&me), true), None);
+    }
+
+    fn candidate(host: &str, offset: i64, pod: PeerPod) -> Candidate {
+        Candidate {
+            endpoint: Endpoint::new(host, 6379),
+            offset,
+            pod,
+        }
+    }
+
+    #[test]
+    fn a_stopping_master_waits_only_when_every_other_data_pod_is_leaving() {
+        use PeerPod::{Gone, Leaving, Unknown};
+        let staying = PeerPod::Staying { ready: true };
+        assert!(awaits_successor(&[Leaving, Leaving]));
+        assert!(awaits_successor(&[Leaving, Gone]));
+        assert!(awaits_successor(&[Gone]));
+        // A single pod has nobody to wait for.
+        assert!(!awaits_successor(&[]));
+        // A peer that stays can take over now; an unanswered API proves nothing: no wait.
+        assert!(!awaits_successor(&[Leaving, staying]));
+        assert!(!awaits_successor(&[Leaving, Unknown]));
+    }
+
+    #[test]
+    fn the_wait_ends_once_every_peer_pod_has_been_missing_past_the_grace() {
+        let past = Some(REPLACEMENT_GRACE);
+        let recent = Some(REPLACEMENT_GRACE - Duration::from_millis(1));
+        assert!(no_replacement_coming(&[past, past]));
+        // One name taken again (a replacement exists), or missing only briefly: keep waiting.
+        assert!(!no_replacement_coming(&[past, None]));
+        assert!(!no_replacement_coming(&[past, recent]));
+        assert!(!no_replacement_coming(&[]));
+    }
+
+    #[test]
+    fn leaving_replicas_are_never_promoted_while_another_is_online() {
+        use PeerPod::{Gone, Leaving, Unknown};
+        let picked = successors(&[
+            candidate("vk-0.h", 990, Gone),
+            candidate("vk-1.h", 900, Leaving),
+            candidate("vk-2.h", 700, PeerPod::Staying { ready: false }),
+            candidate("vk-3.h", 800, Unknown),
+            candidate("vk-4.h", 600, PeerPod::Staying { ready: true }),
+        ]);
+        // A Ready pod first, then the most caught up; the API not answering about a pod keeps
+        // it eligible (not ready).
+        let ep = |host| Endpoint::new(host, 6379);
+        assert_eq!(
+            picked.eligible,
+            vec![ep("vk-4.h"), ep("vk-3.h"), ep("vk-2.h")]
+        );
+        assert_eq!(picked.ready, vec![ep("vk-4.h")]);
+        assert_eq!(picked.never_promote(), vec![ep("vk-0.h"), ep("vk-1.h")]);
+        assert_eq!(picked.direct_target(), Some(ep("vk-4.h")));
+    }
+
+    #[test]
+    fn with_every_replica_leaving_or_none_the_handover_is_unsteered() {
+        use PeerPod::Leaving;
+        let staying = PeerPod::Staying { ready: true };
+        let all_leaving = successors(&[
+            candidate("vk-1.h", 900, Leaving),
+            candidate("vk-2.h", 700, Leaving),
+        ]);
+        assert!(all_leaving.eligible.is_empty());
+        assert_eq!(all_leaving.never_promote(), Vec::<Endpoint>::new());
+        assert_eq!(all_leaving.direct_target(), None);
+        // Nobody leaving: the switchover picks as it always did.
+        let steady = successors(&[
+            candidate("vk-1.h", 900, staying),
+            candidate("vk-2.h", 950, staying),
+        ]);
+        assert_eq!(steady.never_promote(), Vec::<Endpoint>::new());
+        assert_eq!(steady.direct_target(), None);
+        assert_eq!(successors(&[]), Successors::default());
+    }
+
+    #[test]
+    fn sentinel_promotes_only_a_connected_replica_with_priority_and_its_link_up() {
+        let listed = |flags: &str, priority: Option<i64>, link: Option<&str>| SentinelReplica {
+            name: "vk-1.h:6379".into(),
+            host: "vk-1.h".into(),
+            port: 6379,
+            runid: None,
+            flags: vko_valkey::parse::InstanceFlags::parse(flags),
+            master_link_status: link.map(str::to_owned),
+            master_host: None,
+            master_port: None,
+            priority,
+            repl_offset: None,
+            announced: None,
+            role_reported: None,
+            other: Default::default(),
+        };
+        assert!(promotable_by_sentinel(&listed(
+            "slave",
+            Some(100),
+            Some("ok")
+        )));
+        assert!(!promotable_by_sentinel(&listed(
+            "s_down,slave",
+            Some(100),
+            Some("ok")
+        )));
+        assert!(!promotable_by_sentinel(&listed(
+            "slave,disconnected",
+            Some(100),
+            Some("ok")
+        )));
+        assert!(!promotable_by_sentinel(&listed(
+            "slave",
+            Some(0),
+            Some("ok")
+        )));
+        assert!(!promotable_by_sentinel(&listed(
+            "slave",
+            Some(100),
+            Some("err")
+        )));
+        assert!(!promotable_by_sentinel(&listed("slave", Some(100), None)));
     }
 }

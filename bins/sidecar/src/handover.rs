@@ -6,16 +6,18 @@
 //! Rollback: whatever fails before the old master is a replica ends with `CLIENT UNPAUSE` and
 //! an error; the pod then terminates and Sentinel (or the operator) handles the loss of the master.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vko_authority::InstanceRole;
+use vko_valkey::parse::{ReplicaSyncState, ReplicationInfo, ReplicationRole};
 use vko_valkey::switchover::{self, Dial, Outcome, Promoter};
 use vko_valkey::{SentinelClient, ValkeyClient};
 
-use crate::decide;
+use crate::decide::{self, Candidate, PeerPod};
 use crate::error::{Result, SidecarError};
 use crate::lease_api::{LeaseApi, Written};
 use crate::node::Node;
+use crate::pod_api::PodPresence;
 use crate::topology::Endpoint;
 
 /// The node's dialer, and the master Lease moved to the switchover's target right before its
@@ -92,6 +94,12 @@ pub struct HandoverSettings {
     pub pause: Duration,
     /// Poll interval while waiting for offsets and Sentinel.
     pub poll: Duration,
+    /// The longest a stopping master serves on while every other data pod is leaving, waiting
+    /// for a replacement to copy it ([`await_successor`]). With Sentinel's steer (15 s) and the
+    /// pause (20 s) it stays inside the pod's 75 s grace period.
+    pub successor_wait: Duration,
+    /// How often that wait looks.
+    pub successor_poll: Duration,
 }
 
 impl Default for HandoverSettings {
@@ -100,8 +108,202 @@ impl Default for HandoverSettings {
         HandoverSettings {
             pause: shared.pause,
             poll: shared.poll,
+            successor_wait: Duration::from_secs(35),
+            successor_poll: Duration::from_millis(500),
         }
     }
+}
+
+/// How the data pod `pod` stands.
+async fn pod_state(node: &Node, pod: &str) -> PeerPod {
+    match node.pods.presence(pod).await {
+        Ok(PodPresence::Running { ready }) => PeerPod::Staying { ready },
+        Ok(PodPresence::Terminating) => PeerPod::Leaving,
+        Ok(PodPresence::Gone) => PeerPod::Gone,
+        Err(e) => {
+            tracing::warn!(pod, error = %e, "cannot ask the API whether a peer pod is leaving");
+            PeerPod::Unknown
+        }
+    }
+}
+
+/// How the other data pod behind `peer` stands.
+async fn peer_pod_of(node: &Node, peer: &Endpoint) -> PeerPod {
+    match node.topology.pod_of(peer) {
+        Some(pod) => pod_state(node, &pod).await,
+        None => PeerPod::Unknown,
+    }
+}
+
+/// The local master's online replicas and whether their pods are leaving.
+async fn candidates(node: &Node, info: &ReplicationInfo) -> Vec<Candidate> {
+    let mut found = Vec::new();
+    for replica in info
+        .replicas
+        .iter()
+        .filter(|r| r.state == ReplicaSyncState::Online)
+    {
+        let endpoint = Endpoint::new(replica.host.clone(), replica.port);
+        let pod = peer_pod_of(node, &endpoint).await;
+        found.push(Candidate {
+            endpoint,
+            offset: replica.offset,
+            pod,
+        });
+    }
+    found
+}
+
+/// Whether one of the Sentinels would promote one of `eligible` now.
+async fn sentinel_would_promote(node: &Node, name: &str, eligible: &[Endpoint]) -> bool {
+    for sentinel in node.topology.sentinels().await {
+        let listed = node
+            .on_sentinel(&sentinel, "SENTINEL REPLICAS", async |c| {
+                c.replicas(name).await
+            })
+            .await;
+        if let Ok(listed) = listed
+            && listed.iter().any(|r| {
+                decide::promotable_by_sentinel(r)
+                    && eligible.contains(&Endpoint::new(r.host.clone(), r.port))
+            })
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// What [`await_successor`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SuccessorWait {
+    /// This server is not master, or some other data pod stays: the handover runs at once.
+    NotNeeded,
+    /// A replica whose pod stays is online (and, with Sentinel, promotable) after `waited`.
+    Found {
+        successor: Endpoint,
+        waited: Duration,
+    },
+    /// Every other data pod has been missing past [`decide::REPLACEMENT_GRACE`]: the cluster
+    /// itself is going (its Valkey, StatefulSet or namespace deleted).
+    NoReplacement { waited: Duration },
+    /// None within the limit: the handover takes what there is.
+    TimedOut { waited: Duration },
+}
+
+/// The local server's role, as far as the wait needs it.
+enum Local {
+    Master(Box<ReplicationInfo>),
+    NotMaster,
+    NoAnswer,
+}
+
+async fn local_role(node: &Node) -> Local {
+    let Ok(local) = node.local().await else {
+        return Local::NoAnswer;
+    };
+    let info = local.info_replication().await;
+    local.close().await;
+    match info {
+        Ok(info) if info.role == ReplicationRole::Master => Local::Master(Box::new(info)),
+        Ok(_) => Local::NotMaster,
+        Err(e) => {
+            tracing::warn!(step = "successor", error = %e, "INFO replication failed");
+            Local::NoAnswer
+        }
+    }
+}
+
+/// Before the handover, while the fencer still guards this master: when every other data pod
+/// is leaving too (every pod of the cluster deleted at once), keep serving writes until a
+/// replica whose pod stays — a replacement the StatefulSet created under an old name — has
+/// copied this master, its pod is Ready and, with Sentinel, a Sentinel would promote it; at most
+/// `settings.successor_wait`, and only while replacements are being created. Handing over to a
+/// leaving replica instead pauses writes and promotes a server that is about to stop (issue
+/// 15's every-pod-deleted row: 8–18 s unwritable).
+pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> SuccessorWait {
+    let started = Instant::now();
+    if !matches!(local_role(node).await, Local::Master(_)) {
+        return SuccessorWait::NotNeeded;
+    }
+    let mut peers = Vec::new();
+    let mut states = Vec::new();
+    for peer in node.topology.peers().await {
+        let Some(pod) = node.topology.pod_of(&peer) else {
+            return SuccessorWait::NotNeeded;
+        };
+        states.push(pod_state(node, &pod).await);
+        peers.push(pod);
+    }
+    if !decide::awaits_successor(&states) {
+        return SuccessorWait::NotNeeded;
+    }
+    tracing::info!(
+        step = "successor",
+        peers = ?peers,
+        limit_ms = ms(settings.successor_wait),
+        "every other data pod is leaving: serving writes until a replacement has copied this master"
+    );
+    let mut missing_since: Vec<Option<Instant>> = states
+        .iter()
+        .map(|state| (*state == PeerPod::Gone).then(Instant::now))
+        .collect();
+    loop {
+        match local_role(node).await {
+            Local::NotMaster => {
+                tracing::info!(step = "successor", "no longer master; nothing to wait for");
+                return SuccessorWait::NotNeeded;
+            }
+            Local::Master(info) => {
+                let picked = decide::successors(&candidates(node, &info).await);
+                // A Ready pod: `-rw` routes to it as soon as it is labelled master.
+                let ready = match &node.topology.monitor {
+                    Some(name) if !picked.ready.is_empty() => {
+                        sentinel_would_promote(node, name, &picked.eligible).await
+                    }
+                    _ => !picked.ready.is_empty(),
+                };
+                if ready && let Some(successor) = picked.ready.first().cloned() {
+                    let waited = started.elapsed();
+                    tracing::info!(step = "successor", %successor, waited_ms = ms(waited), "a replica that stays is online and can be promoted");
+                    return SuccessorWait::Found { successor, waited };
+                }
+            }
+            Local::NoAnswer => {}
+        }
+        for (pod, since) in peers.iter().zip(missing_since.iter_mut()) {
+            *since = match pod_state(node, pod).await {
+                PeerPod::Gone => since.or_else(|| Some(Instant::now())),
+                _ => None,
+            };
+        }
+        let missing_for: Vec<Option<Duration>> = missing_since
+            .iter()
+            .map(|since| since.map(|since| since.elapsed()))
+            .collect();
+        let waited = started.elapsed();
+        if decide::no_replacement_coming(&missing_for) {
+            tracing::info!(
+                step = "successor",
+                waited_ms = ms(waited),
+                "no replacement pod is being created (the cluster is being deleted); handing over to what there is"
+            );
+            return SuccessorWait::NoReplacement { waited };
+        }
+        if waited >= settings.successor_wait {
+            tracing::warn!(
+                step = "successor",
+                waited_ms = ms(waited),
+                "no replica that stays came online in time; handing over to what there is"
+            );
+            return SuccessorWait::TimedOut { waited };
+        }
+        tokio::time::sleep(settings.successor_poll).await;
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +322,17 @@ pub enum HandoverOutcome {
 /// Hand the master role over if this server is the master.
 pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<HandoverOutcome> {
     let local = node.local().await?;
+    // A replica whose pod is leaving is promoted only if no other is online.
+    let picked = match local.info_replication().await {
+        Ok(info) => decide::successors(&candidates(node, &info).await),
+        Err(e) => {
+            tracing::warn!(error = %e, "INFO replication failed; every online replica may be promoted");
+            decide::Successors::default()
+        }
+    };
+    if !picked.leaving.is_empty() {
+        tracing::info!(step = "check", leaving = ?picked.leaving, eligible = ?picked.eligible, "replicas whose pods are leaving are not promoted while another is online");
+    }
     let promoter = match node.topology.monitor.clone() {
         Some(name) => {
             if let Some(named) = node.sentinel_master().await
@@ -136,12 +349,14 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
                 // The data pod is not told `spec.sentinel.replicas` (ADR 0014): the electorate
                 // is the Sentinels discovered and the peer counts they report.
                 configured: 0,
-                // A pod stopping hands over to any replica (a scale-down's switchover is the
+                // Not to a replica that is leaving too (a scale-down's switchover is the
                 // operator's, before it removes pods).
-                never_promote: Vec::new(),
+                never_promote: picked.never_promote(),
             }
         }
-        None => Promoter::Direct { target: None },
+        None => Promoter::Direct {
+            target: picked.direct_target(),
+        },
     };
     let shared = switchover::Settings {
         pause: settings.pause,

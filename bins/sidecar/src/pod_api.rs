@@ -27,12 +27,23 @@ use vko_authority::InstanceRole;
 
 use crate::error::{Result, SidecarError};
 
+/// A pod as the API answers for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPresence {
+    /// It exists and is not being deleted; `ready`: its `Ready` condition is `True`.
+    Running { ready: bool },
+    /// It has a deletion timestamp.
+    Terminating,
+    /// No pod of that name (deleted, its StatefulSet's replacement not created yet or never).
+    Gone,
+}
+
 pub trait PodApi: Send + Sync {
     /// Merge-patch `vko.gtrfc.com/instanceRole` on `pod`, with `vko.gtrfc.com/instanceName: <pod>`
     /// (the reference's pod labels; a template cannot carry the pod's own name).
     fn set_role_label<'a>(&'a self, pod: &'a str, role: InstanceRole) -> BoxFuture<'a, Result<()>>;
-    /// Is `pod` being deleted (deletionTimestamp set)?
-    fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Whether `pod` exists, and whether it is being deleted (deletionTimestamp set).
+    fn presence<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<PodPresence>>;
     /// The `vko.gtrfc.com/instanceRole` label `pod` carries now.
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<Option<String>>>;
     /// Merge-patch `vko.gtrfc.com/fenced` on `pod` (`None` removes it).
@@ -59,6 +70,9 @@ const OWN_POD_WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
 /// The real API, in-cluster credentials (the projected token).
 pub struct KubePodApi {
     pods: Api<PartialObjectMeta<Pod>>,
+    /// For the one read of a whole pod ([`PodApi::presence`]).
+    client: kube::Client,
+    namespace: String,
     own_pod: String,
     /// The own pod's `instanceRole` label as the watch last saw it: `None` while not known (no
     /// event yet, or the watch failed since), when reads fall back to a GET.
@@ -98,7 +112,9 @@ impl KubePodApi {
             own_label.clone(),
         ));
         Ok(KubePodApi {
-            pods: Api::namespaced(client, namespace),
+            pods: Api::namespaced(client.clone(), namespace),
+            client,
+            namespace: namespace.to_owned(),
             own_pod: own_pod.to_owned(),
             own_label,
         })
@@ -161,6 +177,19 @@ async fn watch_own_pod(
     }
 }
 
+/// A pod's presence from its JSON: a deletion timestamp, else its `Ready` condition.
+fn presence_of(pod: &serde_json::Value) -> PodPresence {
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        return PodPresence::Terminating;
+    }
+    let ready = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    PodPresence::Running { ready }
+}
+
 impl KubePodApi {
     async fn get(&self, pod: &str) -> Result<PartialObjectMeta<Pod>> {
         self.pods
@@ -187,8 +216,22 @@ impl PodApi for KubePodApi {
         })
     }
 
-    fn is_terminating<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { Ok(self.get(pod).await?.metadata.deletion_timestamp.is_some()) })
+    fn presence<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<PodPresence>> {
+        Box::pin(async move {
+            // The Ready condition is in the status, which a metadata read leaves out; it is
+            // read as JSON, not through k8s-openapi's Pod decoder (see the module's note).
+            let failed =
+                |e: &dyn std::fmt::Display| SidecarError::Kube(format!("get pod {pod}: {e}"));
+            let request =
+                kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.namespace))
+                    .get(pod, &kube::api::GetParams::default())
+                    .map_err(|e| failed(&e))?;
+            match self.client.request::<serde_json::Value>(request).await {
+                Ok(found) => Ok(presence_of(&found)),
+                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(PodPresence::Gone),
+                Err(e) => Err(failed(&e)),
+            }
+        })
     }
 
     fn set_fenced_annotation<'a>(
@@ -234,5 +277,40 @@ impl PodApi for KubePodApi {
                 None => Ok(role_label_of(&self.get(pod).await?)),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn presence_reads_the_deletion_timestamp_and_the_ready_condition() {
+        let pod = |meta: serde_json::Value, conditions: serde_json::Value| json!({ "metadata": meta, "status": { "conditions": conditions } });
+        let ready = json!([{ "type": "PodScheduled", "status": "True" },
+                           { "type": "Ready", "status": "True" }]);
+        let not_ready = json!([{ "type": "Ready", "status": "False" }]);
+        assert_eq!(
+            presence_of(&pod(json!({ "name": "vk-1" }), ready.clone())),
+            PodPresence::Running { ready: true }
+        );
+        assert_eq!(
+            presence_of(&pod(json!({ "name": "vk-1" }), not_ready)),
+            PodPresence::Running { ready: false }
+        );
+        // A pod without a status yet (just created) is not ready.
+        assert_eq!(
+            presence_of(&json!({ "metadata": { "name": "vk-1" } })),
+            PodPresence::Running { ready: false }
+        );
+        assert_eq!(
+            presence_of(&pod(
+                json!({ "name": "vk-1", "deletionTimestamp": "2026-12-06T23:00:00Z" }),
+                ready
+            )),
+            PodPresence::Terminating
+        );
     }
 }

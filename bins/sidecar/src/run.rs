@@ -17,8 +17,9 @@ use vko_valkey::ValkeyClient;
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
 use crate::fence::{FenceSettings, FenceState, fence_loop, lease_fence_loop};
-use crate::handover::{HandoverOutcome, HandoverSettings, handover};
+use crate::handover::{HandoverOutcome, HandoverSettings, await_successor, handover};
 use crate::node::Node;
+use crate::pod_api::PodPresence;
 use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
 
 /// How often the loop looks at the local server.
@@ -451,6 +452,11 @@ impl Shared {
         self.drain
             .get_or_init(|| async {
                 let started = Instant::now();
+                // The fencer still guards this master while it waits (it stops lifting pauses
+                // once the drain begins).
+                if !self.fence.is_fenced() {
+                    await_successor(&self.node, &self.settings).await;
+                }
                 if self.fence.begin_drain().await {
                     let report = DrainReport {
                         ok: true,
@@ -503,9 +509,9 @@ impl Shared {
         if self.terminating.load(Ordering::SeqCst) {
             return true;
         }
-        match self.node.pods.is_terminating(&self.node.my_pod).await {
-            Ok(true) => return true,
-            Ok(false) => return false,
+        match self.node.pods.presence(&self.node.my_pod).await {
+            Ok(PodPresence::Terminating | PodPresence::Gone) => return true,
+            Ok(PodPresence::Running { .. }) => return false,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot ask the API whether this pod is terminating")
             }

@@ -16,7 +16,9 @@ use vko_authority::HOLD_HOST;
 use vko_authority::InstanceRole;
 use vko_sidecar::conf::{RoleLine, role_line_of};
 use vko_sidecar::decide::{HoldExit, LiveRole};
-use vko_sidecar::handover::{HandoverOutcome, HandoverSettings, handover};
+use vko_sidecar::handover::{
+    HandoverOutcome, HandoverSettings, SuccessorWait, await_successor, handover,
+};
 use vko_sidecar::init::{InitSettings, decide_role};
 use vko_sidecar::node::Node;
 use vko_sidecar::run::{Keeper, Shared, router};
@@ -233,6 +235,155 @@ async fn handover_without_sentinel_loses_no_acknowledged_write() {
         pods.last_label(&format!("pod-{}", master.port)),
         Some(InstanceRole::Replica)
     );
+}
+
+/// Every pod deleted at once (issue 15): the stopping master's replicas are leaving too. The
+/// drain serves writes (the master is not paused) until a replica whose pod stays is online,
+/// then hands over to that one, never to the replica still leaving; nothing acknowledged is
+/// lost. `sentinels` empty: the direct promotion without Sentinel.
+async fn a_master_whose_replicas_all_leave_waits_for_one_that_stays(with_sentinel: bool) {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let (master, r1, r2) = three_servers().await;
+    let sentinels = if with_sentinel {
+        three_sentinels(&master).await
+    } else {
+        Vec::new()
+    };
+    let pods = Arc::new(FakePods::default());
+    for replica in [&r1, &r2] {
+        pods.leaving
+            .lock()
+            .unwrap()
+            .insert(format!("pod-{}", replica.port));
+    }
+    let node = Arc::new(node_for(
+        &master,
+        &[&r1, &r2],
+        &sentinels.iter().collect::<Vec<_>>(),
+        pods.clone(),
+    ));
+    let settings = HandoverSettings {
+        successor_wait: Duration::from_secs(40),
+        ..HandoverSettings::default()
+    };
+
+    // No replica stays and none comes: the wait ends at its limit, having paused nothing.
+    let short = HandoverSettings {
+        successor_wait: Duration::from_millis(1500),
+        ..settings.clone()
+    };
+    assert!(matches!(
+        await_successor(&node, &short).await,
+        SuccessorWait::TimedOut { .. }
+    ));
+    if !with_sentinel {
+        // Both replica pods gone and not recreated (the cluster itself is being deleted): the
+        // wait ends after the replacement grace, long before its limit.
+        let replica_pods = [format!("pod-{}", r1.port), format!("pod-{}", r2.port)];
+        *pods.gone.lock().unwrap() = replica_pods.iter().cloned().collect();
+        pods.leaving.lock().unwrap().clear();
+        assert!(matches!(
+            await_successor(&node, &settings).await,
+            SuccessorWait::NoReplacement { .. }
+        ));
+        pods.gone.lock().unwrap().clear();
+        *pods.leaving.lock().unwrap() = replica_pods.into_iter().collect();
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let all = vec![master.endpoint(), r1.endpoint(), r2.endpoint()];
+    let eps: Vec<Endpoint> = sentinels.iter().map(Sentinel::endpoint).collect();
+    let writer_task = tokio::spawn(writer(stop.clone(), "wl".into(), move || {
+        let (all, eps) = (all.clone(), eps.clone());
+        async move {
+            if eps.is_empty() {
+                role_master(all).await
+            } else {
+                sentinel_master(eps).await
+            }
+        }
+    }));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let shared = Shared::new(node.clone(), settings);
+    let drain = tokio::spawn({
+        let shared = shared.clone();
+        async move { shared.drain().await }
+    });
+    // The drain waits and the master takes writes meanwhile: a paused server would not answer
+    // within the command timeout.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !drain.is_finished(),
+        "the drain did not wait for a successor"
+    );
+    let mut opts = ConnectOptions::new(HOST, master.port);
+    opts.command_timeout = Duration::from_secs(1);
+    let direct = ValkeyClient::connect(&opts).await.unwrap();
+    direct.set("written-while-waiting", b"1").await.unwrap();
+    direct.close().await;
+
+    // r2's pod is back (a replacement under its name, already synced): the master hands over
+    // to it, not to r1, which is still leaving.
+    pods.leaving
+        .lock()
+        .unwrap()
+        .remove(&format!("pod-{}", r2.port));
+    let report = tokio::time::timeout(Duration::from_secs(60), drain)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(report.ok, "{}", report.message);
+    assert!(
+        report
+            .message
+            .starts_with(&format!("handed over to {}", r2.endpoint())),
+        "{}",
+        report.message
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let log = writer_task.await.unwrap();
+    let promoted = r2.client().await;
+    assert!(matches!(
+        promoted.role().await.unwrap(),
+        RoleReply::Master { .. }
+    ));
+    let name = if with_sentinel {
+        "every-pod-leaving-sentinel"
+    } else {
+        "every-pod-leaving-direct"
+    };
+    let lost = missing(&promoted, &log.acked).await;
+    report_measured(name, &log, lost);
+    assert!(
+        log.acked.len() > 200,
+        "writer barely wrote: {}",
+        log.acked.len()
+    );
+    assert_eq!(lost, 0, "OK-acknowledged writes lost");
+    assert_eq!(
+        missing(&promoted, &["written-while-waiting".to_owned()]).await,
+        0
+    );
+}
+
+fn report_measured(name: &str, log: &WriterLog, lost: usize) {
+    println!(
+        "MEASURED {name}: acked={} errors={} lost={lost} max_write_gap_ms={}",
+        log.acked.len(),
+        log.errors,
+        log.max_gap.as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_sentinel_a_master_whose_replicas_all_leave_hands_over_to_one_that_stays() {
+    a_master_whose_replicas_all_leave_waits_for_one_that_stays(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_sentinel_a_master_whose_replicas_all_leave_hands_over_to_one_that_stays() {
+    a_master_whose_replicas_all_leave_waits_for_one_that_stays(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

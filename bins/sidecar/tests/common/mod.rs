@@ -3,6 +3,7 @@
 //! and a writer that counts OK replies.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use vko_authority::InstanceRole;
 use vko_sidecar::conf::{self, Identity, RoleLine};
 use vko_sidecar::error::Result as SidecarResult;
 use vko_sidecar::node::Node;
-use vko_sidecar::pod_api::PodApi;
+use vko_sidecar::pod_api::{PodApi, PodPresence};
 use vko_sidecar::topology::{Discovery, Endpoint, Topology};
 use vko_testkit::{Ports, SentinelSetup, spawn_sentinel};
 use vko_valkey::Dialer;
@@ -131,11 +132,15 @@ impl Sentinel {
     }
 }
 
-/// Records label patches; answers `is_terminating` from a flag.
+/// Records label patches; answers `presence` from a flag and sets of leaving and gone pods.
 #[derive(Default)]
 pub struct FakePods {
     pub patches: Mutex<Vec<(String, InstanceRole)>>,
     pub terminating: AtomicBool,
+    /// Pods that are leaving on their own, besides every pod when `terminating` is set.
+    pub leaving: Mutex<BTreeSet<String>>,
+    /// Pods that do not exist.
+    pub gone: Mutex<BTreeSet<String>>,
     /// Every `vko.gtrfc.com/fenced` patch: pod, value (`None`: removed).
     pub fenced: Mutex<Vec<(String, Option<String>)>>,
     /// Every `vko.gtrfc.com/tls-certificate` patch: pod, fingerprint.
@@ -165,8 +170,20 @@ impl PodApi for FakePods {
             Ok(())
         })
     }
-    fn is_terminating<'a>(&'a self, _: &'a str) -> BoxFuture<'a, SidecarResult<bool>> {
-        Box::pin(async move { Ok(self.terminating.load(Ordering::SeqCst)) })
+    fn presence<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<PodPresence>> {
+        Box::pin(async move {
+            Ok(
+                if self.terminating.load(Ordering::SeqCst)
+                    || self.leaving.lock().unwrap().contains(pod)
+                {
+                    PodPresence::Terminating
+                } else if self.gone.lock().unwrap().contains(pod) {
+                    PodPresence::Gone
+                } else {
+                    PodPresence::Running { ready: true }
+                },
+            )
+        })
     }
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<Option<String>>> {
         Box::pin(async move { Ok(self.last_label(pod).map(|role| role.as_str().to_owned())) })
