@@ -14,7 +14,8 @@
 //! servers with the new `auth-pass`), and a replica's valkey-server killed afterwards restarts
 //! from the effective config the sidecar rewrote (new password) and resyncs.
 //!
-//! Also: auth turned on, then off, on a running 3 + 3 under a writer (each a lossless roll).
+//! Also: auth turned on, then off, on a running 3 + 3 under a writer (each a lossless roll), and
+//! turned off while the operator is down.
 
 use vko_e2e::{ha_support, operator_support};
 
@@ -664,13 +665,14 @@ async fn a_changed_password_rotates_without_a_restart_or_a_refused_client() {
 async fn every_pod_has_password_file(
     client: &kube::Client,
     ns: &str,
+    valkey: &str,
     wanted: bool,
 ) -> anyhow::Result<bool> {
     let pods = Pods::list(client, ns).await?;
     let ours: Vec<&Pod> = pods
         .by_name
         .iter()
-        .filter(|(name, _)| name.starts_with(&format!("{ONOFF}-")))
+        .filter(|(name, _)| name.starts_with(&format!("{valkey}-")))
         .filter(|(name, _)| !name.contains("observer"))
         .map(|(_, pod)| pod)
         .collect();
@@ -738,7 +740,7 @@ async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_writ
             || {
                 let (client, ns) = (client.clone(), ns.clone());
                 async move {
-                    Ok(every_pod_has_password_file(&client, &ns, auth)
+                    Ok(every_pod_has_password_file(&client, &ns, ONOFF, auth)
                         .await?
                         .then_some(()))
                 }
@@ -805,6 +807,128 @@ async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_writ
          gap {:?}, AUTH refused {}, errors {:?}",
         durations[0],
         durations[1],
+        log.acked.len(),
+        lost.len(),
+        log.longest_gap(),
+        log.auth_refused,
+        log.errors.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(lost.is_empty(), "lost {lost:?}");
+    assert_eq!(log.auth_refused, 0, "{:?}", log.errors);
+    test.cleanup().await.unwrap();
+}
+
+const OFF_RESTARTED: &str = "offr";
+
+/// Auth turned off while the operator is down (SIGKILLed), then the operator started again: the
+/// new process never saw the password, yet the pods not rolled yet still require it. It reads
+/// the password from the Secret those pods mount (ADR 0035) and rolls as one that remembered it
+/// would: every pod without the password file, PHASE OK, no `RollingUpdatePaused`, the writer
+/// (`AUTH default <password>` on every connection) lost nothing. Without that read the roll
+/// stalled (the old pods answered the operator `NOAUTH`). Kills the shared operator: runs alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_back() {
+    let test = OperatorTest::start("op-authoffr").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    let spec = "replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}, \
+                auth: {secretName: pw}";
+    test.apply_until_ok(
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{OLD}\"}}\n---\n\
+             apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {OFF_RESTARTED}}}\nspec: {{{spec}}}\n"
+        ),
+        OFF_RESTARTED,
+        3,
+        Duration::from_secs(300),
+    )
+    .await
+    .unwrap();
+    let writer = AuthWriter::start_on(client.clone(), ns.clone(), OFF_RESTARTED, OLD, "w");
+    until(Duration::from_secs(30), "the writer writes", || async {
+        Ok((writer.acked().await > 300).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    operator_support::kill_operator().unwrap();
+    valkeys
+        .patch(
+            OFF_RESTARTED,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"auth": null}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    operator_support::restart_operator().unwrap();
+    until(
+        Duration::from_secs(300),
+        "every pod rolled with auth off by the restarted operator",
+        || {
+            let (client, ns) = (client.clone(), ns.clone());
+            async move {
+                Ok(
+                    every_pod_has_password_file(&client, &ns, OFF_RESTARTED, false)
+                        .await?
+                        .then_some(()),
+                )
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let done = wait_for_valkey(
+        &valkeys,
+        OFF_RESTARTED,
+        "PHASE OK, no roll recorded",
+        Duration::from_secs(120),
+        |v| {
+            ok_with(3)(v)
+                && v.status
+                    .as_ref()
+                    .is_some_and(|s| s.rolling_update.is_none())
+        },
+    )
+    .await
+    .unwrap();
+    let rolled = started.elapsed();
+    assert!(
+        condition(&done, "RollingUpdatePaused").is_none_or(|(status, _, _)| status != "True"),
+        "{:?}",
+        condition(&done, "RollingUpdatePaused")
+    );
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for (pod, port) in pods
+        .names_with_prefix(&format!("{OFF_RESTARTED}-"))
+        .into_iter()
+        .map(|p| (p, VALKEY_PORT))
+        .chain(
+            pods.names_with_prefix(&format!("{OFF_RESTARTED}-sentinel-"))
+                .into_iter()
+                .map(|p| (p, SENTINEL_PORT)),
+        )
+    {
+        let ip = pods.ip(&pod).unwrap();
+        let anonymous = ha_support::call(&ip, port, &["PING"]).await.unwrap();
+        assert_eq!(
+            anonymous,
+            Reply::Simple("PONG".into()),
+            "{pod} with auth off"
+        );
+    }
+    let log = writer.stop().await;
+    let master = labelled_master_ip_of(&client, &ns, OFF_RESTARTED)
+        .await
+        .unwrap();
+    let mut check = Conn::connect(&master, VALKEY_PORT, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lost = missing(&mut check, &log.acked).await.unwrap();
+    println!(
+        "auth off while the operator was down: rolled {rolled:?} after the restart; {} \
+         acknowledged, {} lost, longest write gap {:?}, AUTH refused {}, errors {:?}",
         log.acked.len(),
         lost.len(),
         log.longest_gap(),

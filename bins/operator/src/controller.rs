@@ -170,6 +170,9 @@ pub fn requeue_delay(reason: ConditionReason, failures: u32) -> Duration {
 #[derive(Default)]
 struct SecretView {
     password: Option<String>,
+    /// With auth off: the password the pods not rolled yet still require, read from the Secret
+    /// they mount ([`still_mounted_auth`]).
+    still_required: Option<String>,
     auth_missing: bool,
     /// `vko_render::tls_material_fingerprint` of the data tier's Secret.
     tls_hash: Option<String>,
@@ -466,6 +469,29 @@ fn guard_volume_claim_templates(
     StorageCheck::from(found)
 }
 
+/// With auth off: the auth Secret and key the cluster's pods still mount (pods rendered with
+/// auth on that the roll has not replaced yet). Their servers require that password until the
+/// auth transition reaches them; an operator that restarted since auth was turned off no longer
+/// remembers it and reads it from there (ADR 0035).
+fn still_mounted_auth(pass: &Pass<'_>) -> Option<(String, String)> {
+    if pass.valkey.spec.auth_enabled() {
+        return None;
+    }
+    let Target {
+        namespace, name, ..
+    } = &pass.target;
+    pass.ctx
+        .stores
+        .cluster_pods(namespace, name)
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter_map(|pod| pod.spec.as_ref())
+        .find_map(|spec| {
+            let (secret, key) = vko_render::mounted_auth_secret(spec)?;
+            Some((secret.to_owned(), key.to_owned()))
+        })
+}
+
 fn component_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(labels::COMPONENT).map(String::as_str)
 }
@@ -489,7 +515,9 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         target,
     };
     let mut problems: Vec<Error> = Vec::new();
-    let referenced = secrets::referenced(&valkey);
+    let still_mounted = still_mounted_auth(&pass);
+    let mut referenced = secrets::referenced(&valkey);
+    referenced.extend(still_mounted.as_ref().map(|(secret, _)| secret.clone()));
     let referenced: Vec<&str> = referenced.iter().map(String::as_str).collect();
     let fetched = ctx
         .secret_data
@@ -501,6 +529,10 @@ pub async fn reconcile(valkey: Arc<Valkey>, ctx: Arc<Context>) -> Result<Action,
         )
         .await;
     let mut observed = observe(&pass, &fetched)?;
+    observed.secrets.still_required = still_mounted.and_then(|(secret, key)| {
+        let bytes = secret_key(fetched.get(&secret)?, &key)?;
+        vko_api::usable_password(bytes).ok().map(str::to_owned)
+    });
     problems.append(&mut observed.secrets.problems);
     if let Some(refused) = &observed.refused_downgrade {
         problems.push(Error::DowngradeUnsupported(refused.clone()));
@@ -888,10 +920,11 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
     let replicas = observed.data_replicas.apply.max(spec.replicas_u32());
     let ports = PortPlan::of(spec);
     let secrets = &observed.secrets;
-    let credentials = pass
-        .ctx
-        .passwords
-        .for_cluster(uid, secrets.password.as_deref());
+    let credentials = pass.ctx.passwords.for_cluster(
+        uid,
+        secrets.password.as_deref(),
+        secrets.still_required.as_deref(),
+    );
     let dialer = Dialer::with_credentials(credentials)
         .with_sentinel_auth(!spec.sentinel_auth_disabled())
         .with_tls(

@@ -30,8 +30,14 @@ pub struct Remembered(
 
 impl Remembered {
     /// The credentials to dial cluster `uid` with, given the auth Secret's usable password now
-    /// (`None`: auth off, or the Secret unusable).
-    pub fn for_cluster(&self, uid: &str, password: Option<&str>) -> Credentials {
+    /// (`None`: auth off, or the Secret unusable) and, with auth off, the password the pods not
+    /// rolled yet still require (read from the Secret they mount).
+    pub fn for_cluster(
+        &self,
+        uid: &str,
+        password: Option<&str>,
+        still_required: Option<&str>,
+    ) -> Credentials {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(password) = password else {
             // Auth on with an unusable Secret: the servers still run with the last password.
@@ -40,7 +46,9 @@ impl Remembered {
             if let Some(kept) = all.get(uid) {
                 return kept.clone();
             }
-            return Credentials::new(None);
+            // Nothing remembered (this process started after auth was turned off): the
+            // password the old pods' volume names.
+            return Credentials::new(still_required.map(str::to_owned));
         };
         let credentials = all
             .entry(uid.to_owned())
@@ -438,22 +446,28 @@ mod tests {
     #[test]
     fn a_changed_password_keeps_the_previous_one_and_an_unusable_one_keeps_both() {
         let remembered = Remembered::default();
-        let first = remembered.for_cluster("u", Some("old"));
+        let first = remembered.for_cluster("u", Some("old"), None);
         assert_eq!(first.current().as_deref(), Some("old"));
         assert_eq!(first.previous(), None);
-        let second = remembered.for_cluster("u", Some("new"));
+        let second = remembered.for_cluster("u", Some("new"), None);
         assert_eq!(second.current().as_deref(), Some("new"));
         assert_eq!(second.previous().as_deref(), Some("old"));
-        let emptied = remembered.for_cluster("u", None);
+        let emptied = remembered.for_cluster("u", None, None);
         assert_eq!(emptied.current().as_deref(), Some("new"));
         assert_eq!(emptied.previous().as_deref(), Some("old"));
-        let off = remembered.for_cluster("u", None);
+        let off = remembered.for_cluster("u", None, Some("mounted"));
         assert_eq!(
             off.current().as_deref(),
             Some("new"),
             "auth turned off: the pods not rolled yet still require it"
         );
-        let other = remembered.for_cluster("v", None);
+        let other = remembered.for_cluster("v", None, None);
         assert_eq!(other.current(), None, "nothing remembered: no password");
+        let restarted = remembered.for_cluster("w", None, Some("mounted"));
+        assert_eq!(
+            restarted.current().as_deref(),
+            Some("mounted"),
+            "auth turned off before this process started: the password the old pods mount"
+        );
     }
 }

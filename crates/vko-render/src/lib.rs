@@ -74,7 +74,7 @@ pub use labels::{
 pub use names::{MAX_NAME_LENGTH, Names};
 pub use pod::{
     ALIVE_SCRIPT, EXPORTER_ADDR_ENV, OBSERVER_BINARY, PASSWORD_FILE_ENV, READY_SCRIPT,
-    SIDECAR_BINARY, TLS_HASH_ENV, paths, pod_has_password_file,
+    SIDECAR_BINARY, TLS_HASH_ENV, mounted_auth_secret, paths, pod_has_password_file,
 };
 pub use ports::{PortPlan, SIDECAR_HEALTH};
 pub use version::{Feature, ValkeyVersion};

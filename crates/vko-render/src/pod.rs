@@ -161,6 +161,27 @@ pub fn pod_has_password_file(pod: &k8s_openapi::api::core::v1::PodSpec) -> bool 
         .any(|volume| volume.name == AUTH_VOLUME)
 }
 
+/// The auth Secret and key a pod spec mounts as its password file: what a pod rendered with
+/// auth on still requires after auth was turned off, until the roll replaces it (a restarted
+/// operator reads the password from there, ADR 0035).
+pub fn mounted_auth_secret(pod: &k8s_openapi::api::core::v1::PodSpec) -> Option<(&str, &str)> {
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|volume| volume.name == AUTH_VOLUME)?;
+    let secret = volume.secret.as_ref()?;
+    let key = secret
+        .items
+        .iter()
+        .flatten()
+        .find(|item| item.path == PASSWORD_ITEM)?;
+    Some((secret.secret_name.as_deref()?, key.key.as_str()))
+}
+
+/// The auth volume's one file.
+const PASSWORD_ITEM: &str = "password";
+
 /// The auth Secret's password key as [`paths::PASSWORD_FILE`] (mode 0440: the pod's group, which
 /// every container runs as), when auth is on. Not optional: a missing Secret or key keeps the
 /// pod from starting, as the env var it replaces did.
@@ -172,7 +193,7 @@ pub fn auth_volume(ctx: &Ctx<'_>) -> Option<Volume> {
             secret_name: Some(secret.to_owned()),
             items: Some(vec![KeyToPath {
                 key: ctx.spec.auth_password_key().to_owned(),
-                path: "password".to_owned(),
+                path: PASSWORD_ITEM.to_owned(),
                 mode: None,
             }]),
             default_mode: Some(0o440),

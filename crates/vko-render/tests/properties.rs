@@ -558,3 +558,36 @@ fn a_data_pod_tells_whether_its_sidecar_runs_with_sentinel() {
         );
     }
 }
+
+/// A pod rendered with auth on names the Secret and key its password file comes from, on both
+/// tiers; one rendered with auth off names none (ADR 0035: a restarted operator turning auth off
+/// reads the password the pods not rolled yet still require from there).
+#[test]
+fn a_pod_names_the_auth_secret_and_key_it_mounts() {
+    for (auth, expected) in [
+        (
+            json!({"secretName": "vk-auth", "secretPasswordKey": "pw"}),
+            Some(("vk-auth", "pw")),
+        ),
+        (json!(null), None),
+    ] {
+        let mut value = json!({"apiVersion": "vko.gtrfc.com/v1", "kind": "Valkey",
+            "metadata": {"name": "a"},
+            "spec": {"replicas": 3, "image": "valkey/valkey:8.0",
+                     "sentinel": {"enabled": true, "replicas": 3}}});
+        if !auth.is_null() {
+            value["spec"]["auth"] = auth;
+        }
+        let valkey = valkey(&value);
+        let rendered = render(&valkey, &inputs(&valkey)).expect("renders");
+        assert_eq!(rendered.statefulsets.len(), 2);
+        for statefulset in &rendered.statefulsets {
+            let pod = statefulset
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .expect("a pod template");
+            assert_eq!(vko_render::mounted_auth_secret(pod), expected, "{value}");
+        }
+    }
+}
