@@ -258,6 +258,8 @@ pub enum PeerPod {
     Gone,
     /// The API did not answer.
     Unknown,
+    /// The API refused this sidecar's own credentials: its Role or ServiceAccount is gone.
+    Refused,
 }
 
 impl PeerPod {
@@ -283,12 +285,15 @@ pub fn awaits_successor(peers: &[PeerPod]) -> bool {
 pub const REPLACEMENT_GRACE: Duration = Duration::from_secs(5);
 
 /// Whether no replacement is coming: every peer pod has been missing for at least
-/// [`REPLACEMENT_GRACE`] (`None`: present, or its state unknown).
-pub fn no_replacement_coming(missing_for: &[Option<Duration>]) -> bool {
-    !missing_for.is_empty()
-        && missing_for
-            .iter()
-            .all(|m| m.is_some_and(|m| m >= REPLACEMENT_GRACE))
+/// [`REPLACEMENT_GRACE`] (`missing_for`, `None`: present, or its state unknown), or the API
+/// refuses this sidecar's own credentials (its Role and ServiceAccount belong to the Valkey:
+/// the Valkey or its namespace is being deleted).
+pub fn no_replacement_coming(missing_for: &[Option<Duration>], peers: &[PeerPod]) -> bool {
+    peers.contains(&PeerPod::Refused)
+        || (!missing_for.is_empty()
+            && missing_for
+                .iter()
+                .all(|m| m.is_some_and(|m| m >= REPLACEMENT_GRACE)))
 }
 
 /// An online replica of the stopping master.
@@ -750,17 +755,24 @@ mod tests {
         // A peer that stays can take over now; an unanswered API proves nothing: no wait.
         assert!(!awaits_successor(&[Leaving, staying]));
         assert!(!awaits_successor(&[Leaving, Unknown]));
+        assert!(!awaits_successor(&[Leaving, PeerPod::Refused]));
     }
 
     #[test]
     fn the_wait_ends_once_every_peer_pod_has_been_missing_past_the_grace() {
         let past = Some(REPLACEMENT_GRACE);
         let recent = Some(REPLACEMENT_GRACE - Duration::from_millis(1));
-        assert!(no_replacement_coming(&[past, past]));
+        let leaving = [PeerPod::Leaving, PeerPod::Leaving];
+        assert!(no_replacement_coming(&[past, past], &leaving));
         // One name taken again (a replacement exists), or missing only briefly: keep waiting.
-        assert!(!no_replacement_coming(&[past, None]));
-        assert!(!no_replacement_coming(&[past, recent]));
-        assert!(!no_replacement_coming(&[]));
+        assert!(!no_replacement_coming(&[past, None], &leaving));
+        assert!(!no_replacement_coming(&[past, recent], &leaving));
+        assert!(!no_replacement_coming(&[], &[]));
+        // The sidecar's own Role or ServiceAccount is gone: the Valkey is being deleted.
+        assert!(no_replacement_coming(
+            &[None, None],
+            &[PeerPod::Leaving, PeerPod::Refused]
+        ));
     }
 
     #[test]

@@ -120,6 +120,7 @@ async fn pod_state(node: &Node, pod: &str) -> PeerPod {
         Ok(PodPresence::Running { ready }) => PeerPod::Staying { ready },
         Ok(PodPresence::Terminating) => PeerPod::Leaving,
         Ok(PodPresence::Gone) => PeerPod::Gone,
+        Ok(PodPresence::Refused) => PeerPod::Refused,
         Err(e) => {
             tracing::warn!(pod, error = %e, "cannot ask the API whether a peer pod is leaving");
             PeerPod::Unknown
@@ -271,8 +272,13 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
             }
             Local::NoAnswer => {}
         }
-        for (pod, since) in peers.iter().zip(missing_since.iter_mut()) {
-            *since = match pod_state(node, pod).await {
+        for ((pod, since), state) in peers
+            .iter()
+            .zip(missing_since.iter_mut())
+            .zip(states.iter_mut())
+        {
+            *state = pod_state(node, pod).await;
+            *since = match state {
                 PeerPod::Gone => since.or_else(|| Some(Instant::now())),
                 _ => None,
             };
@@ -282,7 +288,7 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
             .map(|since| since.map(|since| since.elapsed()))
             .collect();
         let waited = started.elapsed();
-        if decide::no_replacement_coming(&missing_for) {
+        if decide::no_replacement_coming(&missing_for, &states) {
             tracing::info!(
                 step = "successor",
                 waited_ms = ms(waited),

@@ -36,6 +36,9 @@ pub enum PodPresence {
     Terminating,
     /// No pod of that name (deleted, its StatefulSet's replacement not created yet or never).
     Gone,
+    /// The API refused this sidecar's own credentials (401/403): its Role or ServiceAccount is
+    /// gone, which happens when the Valkey or its namespace is being deleted.
+    Refused,
 }
 
 pub trait PodApi: Send + Sync {
@@ -229,6 +232,9 @@ impl PodApi for KubePodApi {
             match self.client.request::<serde_json::Value>(request).await {
                 Ok(found) => Ok(presence_of(&found)),
                 Err(kube::Error::Api(status)) if status.is_not_found() => Ok(PodPresence::Gone),
+                Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+                    Ok(PodPresence::Refused)
+                }
                 Err(e) => Err(failed(&e)),
             }
         })

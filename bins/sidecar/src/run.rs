@@ -510,8 +510,13 @@ impl Shared {
             return true;
         }
         match self.node.pods.presence(&self.node.my_pod).await {
+            // Refused: this pod's own Role or ServiceAccount is gone (its Valkey is being
+            // deleted); SIGTERM decides below.
             Ok(PodPresence::Terminating | PodPresence::Gone) => return true,
             Ok(PodPresence::Running { .. }) => return false,
+            Ok(PodPresence::Refused) => {
+                tracing::warn!("the API refuses this pod's credentials; asking SIGTERM instead")
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot ask the API whether this pod is terminating")
             }

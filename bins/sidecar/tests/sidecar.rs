@@ -287,6 +287,22 @@ async fn a_master_whose_replicas_all_leave_waits_for_one_that_stays(with_sentine
             SuccessorWait::NoReplacement { .. }
         ));
         pods.gone.lock().unwrap().clear();
+        // The replica pods leaving, then the API refusing the sidecar (its Role deleted with
+        // the namespace): the wait ends at once.
+        *pods.leaving.lock().unwrap() = replica_pods.iter().cloned().collect();
+        let refusing = tokio::spawn({
+            let pods = pods.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                pods.refused.store(true, Ordering::SeqCst);
+            }
+        });
+        assert!(matches!(
+            await_successor(&node, &settings).await,
+            SuccessorWait::NoReplacement { .. }
+        ));
+        refusing.await.unwrap();
+        pods.refused.store(false, Ordering::SeqCst);
         *pods.leaving.lock().unwrap() = replica_pods.into_iter().collect();
     }
 

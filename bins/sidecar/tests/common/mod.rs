@@ -141,6 +141,8 @@ pub struct FakePods {
     pub leaving: Mutex<BTreeSet<String>>,
     /// Pods that do not exist.
     pub gone: Mutex<BTreeSet<String>>,
+    /// The API refuses every read (the sidecar's Role is gone).
+    pub refused: AtomicBool,
     /// Every `vko.gtrfc.com/fenced` patch: pod, value (`None`: removed).
     pub fenced: Mutex<Vec<(String, Option<String>)>>,
     /// Every `vko.gtrfc.com/tls-certificate` patch: pod, fingerprint.
@@ -172,17 +174,17 @@ impl PodApi for FakePods {
     }
     fn presence<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<PodPresence>> {
         Box::pin(async move {
-            Ok(
-                if self.terminating.load(Ordering::SeqCst)
-                    || self.leaving.lock().unwrap().contains(pod)
-                {
-                    PodPresence::Terminating
-                } else if self.gone.lock().unwrap().contains(pod) {
-                    PodPresence::Gone
-                } else {
-                    PodPresence::Running { ready: true }
-                },
-            )
+            Ok(if self.refused.load(Ordering::SeqCst) {
+                PodPresence::Refused
+            } else if self.terminating.load(Ordering::SeqCst)
+                || self.leaving.lock().unwrap().contains(pod)
+            {
+                PodPresence::Terminating
+            } else if self.gone.lock().unwrap().contains(pod) {
+                PodPresence::Gone
+            } else {
+                PodPresence::Running { ready: true }
+            })
         })
     }
     fn role_label<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, SidecarResult<Option<String>>> {
