@@ -342,6 +342,13 @@ async fn exclusive_a_stopped_nodes_pods_go_not_ready_and_their_processes_are_gon
         })
         .await
         .unwrap();
+    // The fault returns once SIGKILL is sent; the kernel tears each process down (and the
+    // runtime reaps it) a moment later, which a check right away can beat (seen once on
+    // 2026-12-07: one pid left 1 s in).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !processes().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(processes(), "", "the node's processes are gone");
     assert_eq!(ping(&ip, Duration::from_secs(2)).await, None);
     // The node lifecycle controller (not the kubelet, which is "down") marks the pod NotReady.
