@@ -686,6 +686,79 @@ async fn every_pod_has_password_file(
         }))
 }
 
+/// The roll onto auth on (`auth`) or off is done: every pod of `valkey` has (has not) the
+/// password file, PHASE OK with no roll recorded and no `RollingUpdatePaused`, and every server
+/// and Sentinel refuses a client without the password (answers it).
+async fn rolled_with_auth(
+    client: &kube::Client,
+    ns: &str,
+    valkey: &'static str,
+    auth: bool,
+) -> anyhow::Result<()> {
+    until(
+        Duration::from_secs(300),
+        &format!(
+            "every pod of {valkey} rolled with auth {}",
+            if auth { "on" } else { "off" }
+        ),
+        || {
+            let (client, ns) = (client.clone(), ns.to_owned());
+            async move {
+                Ok(every_pod_has_password_file(&client, &ns, valkey, auth)
+                    .await?
+                    .then_some(()))
+            }
+        },
+    )
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let done = wait_for_valkey(
+        &valkeys,
+        valkey,
+        "PHASE OK, no roll recorded",
+        Duration::from_secs(120),
+        |v| {
+            ok_with(3)(v)
+                && v.status
+                    .as_ref()
+                    .is_some_and(|s| s.rolling_update.is_none())
+        },
+    )
+    .await?;
+    anyhow::ensure!(
+        condition(&done, "RollingUpdatePaused").is_none_or(|(status, _, _)| status != "True"),
+        "{:?}",
+        condition(&done, "RollingUpdatePaused")
+    );
+    let pods = Pods::list(client, ns).await?;
+    for (pod, port) in pods
+        .names_with_prefix(&format!("{valkey}-"))
+        .into_iter()
+        .map(|p| (p, VALKEY_PORT))
+        .chain(
+            pods.names_with_prefix(&format!("{valkey}-sentinel-"))
+                .into_iter()
+                .map(|p| (p, SENTINEL_PORT)),
+        )
+    {
+        let ip = pods.ip(&pod).context("a pod without an IP")?;
+        let anonymous = ha_support::call(&ip, port, &["PING"]).await?;
+        if auth {
+            anyhow::ensure!(
+                matches!(&anonymous, Reply::Error(e) if e.starts_with("NOAUTH")),
+                "{pod} with auth on, no password: {anonymous:?}"
+            );
+            authed(&ip, port, OLD).await?;
+        } else {
+            anyhow::ensure!(
+                anonymous == Reply::Simple("PONG".into()),
+                "{pod} with auth off: {anonymous:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
 const ONOFF: &str = "onoff";
 
 /// Auth turned on, then off, on a running 3 + 3 under a writer that sends `AUTH default
@@ -731,70 +804,8 @@ async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_writ
             .patch(ONOFF, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .unwrap();
-        until(
-            Duration::from_secs(300),
-            &format!(
-                "every pod rolled with auth {}",
-                if auth { "on" } else { "off" }
-            ),
-            || {
-                let (client, ns) = (client.clone(), ns.clone());
-                async move {
-                    Ok(every_pod_has_password_file(&client, &ns, ONOFF, auth)
-                        .await?
-                        .then_some(()))
-                }
-            },
-        )
-        .await
-        .unwrap();
-        let done = wait_for_valkey(
-            &valkeys,
-            ONOFF,
-            "PHASE OK, no roll recorded",
-            Duration::from_secs(120),
-            |v| {
-                ok_with(3)(v)
-                    && v.status
-                        .as_ref()
-                        .is_some_and(|s| s.rolling_update.is_none())
-            },
-        )
-        .await
-        .unwrap();
+        rolled_with_auth(&client, &ns, ONOFF, auth).await.unwrap();
         durations.push(started.elapsed());
-        assert!(
-            condition(&done, "RollingUpdatePaused").is_none_or(|(status, _, _)| status != "True"),
-            "{:?}",
-            condition(&done, "RollingUpdatePaused")
-        );
-        let pods = Pods::list(&client, &ns).await.unwrap();
-        for (pod, port) in pods
-            .names_with_prefix(&format!("{ONOFF}-"))
-            .into_iter()
-            .map(|p| (p, VALKEY_PORT))
-            .chain(
-                pods.names_with_prefix(&format!("{ONOFF}-sentinel-"))
-                    .into_iter()
-                    .map(|p| (p, SENTINEL_PORT)),
-            )
-        {
-            let ip = pods.ip(&pod).unwrap();
-            let anonymous = ha_support::call(&ip, port, &["PING"]).await.unwrap();
-            if auth {
-                assert!(
-                    matches!(&anonymous, Reply::Error(e) if e.starts_with("NOAUTH")),
-                    "{pod} with auth on, no password: {anonymous:?}"
-                );
-                authed(&ip, port, OLD).await.unwrap();
-            } else {
-                assert_eq!(
-                    anonymous,
-                    Reply::Simple("PONG".into()),
-                    "{pod} with auth off"
-                );
-            }
-        }
     }
     let log = writer.stop().await;
     let master = labelled_master_ip_of(&client, &ns, ONOFF).await.unwrap();
@@ -863,61 +874,10 @@ async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_b
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
     operator_support::restart_operator().unwrap();
-    until(
-        Duration::from_secs(300),
-        "every pod rolled with auth off by the restarted operator",
-        || {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move {
-                Ok(
-                    every_pod_has_password_file(&client, &ns, OFF_RESTARTED, false)
-                        .await?
-                        .then_some(()),
-                )
-            }
-        },
-    )
-    .await
-    .unwrap();
-    let done = wait_for_valkey(
-        &valkeys,
-        OFF_RESTARTED,
-        "PHASE OK, no roll recorded",
-        Duration::from_secs(120),
-        |v| {
-            ok_with(3)(v)
-                && v.status
-                    .as_ref()
-                    .is_some_and(|s| s.rolling_update.is_none())
-        },
-    )
-    .await
-    .unwrap();
+    rolled_with_auth(&client, &ns, OFF_RESTARTED, false)
+        .await
+        .unwrap();
     let rolled = started.elapsed();
-    assert!(
-        condition(&done, "RollingUpdatePaused").is_none_or(|(status, _, _)| status != "True"),
-        "{:?}",
-        condition(&done, "RollingUpdatePaused")
-    );
-    let pods = Pods::list(&client, &ns).await.unwrap();
-    for (pod, port) in pods
-        .names_with_prefix(&format!("{OFF_RESTARTED}-"))
-        .into_iter()
-        .map(|p| (p, VALKEY_PORT))
-        .chain(
-            pods.names_with_prefix(&format!("{OFF_RESTARTED}-sentinel-"))
-                .into_iter()
-                .map(|p| (p, SENTINEL_PORT)),
-        )
-    {
-        let ip = pods.ip(&pod).unwrap();
-        let anonymous = ha_support::call(&ip, port, &["PING"]).await.unwrap();
-        assert_eq!(
-            anonymous,
-            Reply::Simple("PONG".into()),
-            "{pod} with auth off"
-        );
-    }
     let log = writer.stop().await;
     let master = labelled_master_ip_of(&client, &ns, OFF_RESTARTED)
         .await
