@@ -58,7 +58,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use operator_support::{SOLO_VALKEY, install_crd, ok_with, wait_for_valkey};
+use operator_support::{SOLO_VALKEY, cleanup_namespace, install_crd, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 use vko_testbed::prometheus::{self, Prometheus};
@@ -837,7 +837,7 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     // crds.install=false: the shared CRD, and with it this Valkey, stays.
     assert!(valkeys.get_opt("solo").await.unwrap().is_some());
 
-    data_ns.cleanup().await.unwrap();
+    cleanup_namespace(&client, data_ns).await.unwrap();
     release_ns.cleanup().await.unwrap();
     prometheus::uninstall_crds(&client).await.unwrap();
 }

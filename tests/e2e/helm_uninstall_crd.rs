@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use operator_support::{install_crd, ok_with, wait_for_valkey};
+use operator_support::{cleanup_namespace, install_crd, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{TestNamespace, Testbed, apply_yaml, kubectl, wait_until};
 
@@ -209,6 +209,6 @@ async fn uninstall_removes_the_crd_and_the_valkeys_children_but_keeps_pvcs() {
 
     // Leave the testbed as the other tests expect it.
     install_crd(&client).await.unwrap();
-    data_ns.cleanup().await.unwrap();
+    cleanup_namespace(&client, data_ns).await.unwrap();
     release_ns.cleanup().await.unwrap();
 }

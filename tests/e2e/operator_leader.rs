@@ -25,7 +25,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::{chart_dir, http_get, install_crd, spawn_operator, wait_for_valkey};
+use operator_support::{
+    chart_dir, cleanup_namespace, http_get, install_crd, spawn_operator, wait_for_valkey,
+};
 use vko_api::Valkey;
 use vko_e2e::{ha_support, operator_support};
 use vko_testbed::harness::{
@@ -561,7 +563,7 @@ async fn exclusive_a_leader_stopped_past_its_lease_writes_nothing_after_it_resum
         "B did the roll: {second_pod_deletes} pod deletions, {second_status_writes} status writes"
     );
     assert_eq!(masters_after.len(), 1);
-    namespace.cleanup().await.unwrap();
+    cleanup_namespace(&admin, namespace).await.unwrap();
     for path in [first_config, second_config] {
         let _ = std::fs::remove_file(path);
     }

@@ -27,7 +27,8 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use operator_support::{
-    OperatorTest, condition, http_status, install_crd, operator, spawn_operator, wait_for_valkey,
+    OperatorTest, cleanup_namespace, condition, http_status, install_crd, operator, spawn_operator,
+    wait_for_valkey,
 };
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
@@ -461,7 +462,7 @@ async fn roll_case(prefix: &str, shape: Shape) -> anyhow::Result<()> {
             "SentinelUpdatePending after the roll: {pending:?}"
         );
     }
-    namespace.cleanup().await?;
+    cleanup_namespace(&client, namespace).await?;
     Ok(())
 }
 
@@ -961,7 +962,7 @@ async fn exclusive_a_sidecar_only_change_on_a_single_pod_is_deferred_with_sideca
         "{images:?}"
     );
     drop(next);
-    namespace.cleanup().await.unwrap();
+    cleanup_namespace(&client, namespace).await.unwrap();
 }
 
 /// A replacement that can never become ready (unmapped image): the roll holds with a condition
@@ -1096,7 +1097,7 @@ async fn a_replacement_that_never_gets_ready_holds_the_roll_until_the_spec_is_fi
     );
     assert_eq!(lost, 0, "acknowledged writes lost");
     assert_eq!(masters(&pods, name).await.len(), 1);
-    namespace.cleanup().await.unwrap();
+    cleanup_namespace(&client, namespace).await.unwrap();
 }
 
 /// `cargo xtask bench roll`: `VKO_BENCH_ROLLS` rolls (default 5) of 3+3 and of 3 without
@@ -1208,7 +1209,7 @@ async fn bench_rolls(
         assert_eq!(result.lost, 0, "acknowledged writes lost (pod-IP writer)");
         assert_eq!(rw_lost, 0, "acknowledged writes lost (-rw writer)");
     }
-    Ok(namespace.cleanup().await?)
+    cleanup_namespace(client, namespace).await
 }
 
 /// `MultipleMasters` end to end (issue 21 item 2). A 3 + 3 roll is held by a replacement that
