@@ -329,6 +329,12 @@ impl Successors {
         }
     }
 
+    /// Every online replica is leaving and none stays: a stopping master waits for a
+    /// successor (ADR 0048) rather than hand over to a replica that goes with it.
+    pub fn only_leaving(&self) -> bool {
+        self.eligible.is_empty() && !self.leaving.is_empty()
+    }
+
     /// The direct promotion's target when some replica is leaving: the first eligible one (a
     /// Ready pod first); otherwise `None` (the switchover takes the most caught-up online
     /// replica).
@@ -806,6 +812,7 @@ mod tests {
             candidate("vk-2.h", 700, Leaving),
         ]);
         assert!(all_leaving.eligible.is_empty());
+        assert!(all_leaving.only_leaving());
         assert_eq!(all_leaving.never_promote(), Vec::<Endpoint>::new());
         assert_eq!(all_leaving.direct_target(), None);
         // Nobody leaving: the switchover picks as it always did.
@@ -815,7 +822,17 @@ mod tests {
         ]);
         assert_eq!(steady.never_promote(), Vec::<Endpoint>::new());
         assert_eq!(steady.direct_target(), None);
+        assert!(!steady.only_leaving());
         assert_eq!(successors(&[]), Successors::default());
+        assert!(
+            !Successors::default().only_leaving(),
+            "no online replica: nothing to wait for"
+        );
+        let one_stays = successors(&[
+            candidate("vk-1.h", 900, Leaving),
+            candidate("vk-2.h", 700, PeerPod::Staying { ready: false }),
+        ]);
+        assert!(!one_stays.only_leaving());
     }
 
     #[test]

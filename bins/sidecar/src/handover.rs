@@ -155,6 +155,20 @@ async fn candidates(node: &Node, info: &ReplicationInfo) -> Vec<Candidate> {
     found
 }
 
+/// Whether every online replica of the local master is leaving, none staying (an unanswered
+/// `INFO`: no, the handover decides as before).
+async fn only_leaving_replicas(node: &Node) -> bool {
+    let Ok(local) = node.local().await else {
+        return false;
+    };
+    let picked = match local.info_replication().await {
+        Ok(info) => decide::successors(&candidates(node, &info).await),
+        Err(_) => decide::Successors::default(),
+    };
+    local.close().await;
+    picked.only_leaving()
+}
+
 /// Whether one of the Sentinels would promote one of `eligible` now.
 async fn sentinel_would_promote(node: &Node, name: &str, eligible: &[Endpoint]) -> bool {
     for sentinel in node.topology.sentinels().await {
@@ -236,7 +250,11 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
         states.push(pod_state(node, &pod).await);
         peers.push(pod);
     }
-    if !decide::awaits_successor(&states) {
+    // The peers' pods as read a moment ago, then this master's online replicas now: when every
+    // pod is deleted at once the DELETEs land one by one, and a peer seen staying at SIGTERM may
+    // be leaving by the time the handover would pick it (measured: 10 s of paused writes while
+    // Sentinel promoted a replica that was itself going).
+    if !decide::awaits_successor(&states) && !only_leaving_replicas(node).await {
         return SuccessorWait::NotNeeded;
     }
     tracing::info!(
