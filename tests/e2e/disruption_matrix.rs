@@ -100,6 +100,15 @@ async fn three_data_pods_without_sentinel() {
     run_matrix(Topology::Lease3, "mx-lease").await.unwrap();
 }
 
+/// The rows where the disks change what happens (every pod deleted at once, a crashed master
+/// restarting with its files), on 3 + 3 with AOF and RDB on each data pod's PVC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_data_pods_and_three_sentinels_with_persistence() {
+    run_matrix(Topology::Sentinel3x3Persistent, "mx-persist")
+        .await
+        .unwrap();
+}
+
 /// The exclusive rows (a node stopped, the operator killed or down, the API server restarted) on
 /// a cluster of each topology, both created at once; the rows one at a time, each topology in
 /// turn. Exclusive: these faults hit every cluster on the testbed and the shared operator.
@@ -116,6 +125,7 @@ async fn exclusive_control_plane_and_node_faults() {
         let prefix = match topology {
             Topology::Sentinel3x3 => "mx-x-sentinel",
             Topology::Lease3 => "mx-x-lease",
+            Topology::Sentinel3x3Persistent => "mx-x-persist",
         };
         cluster(*topology, prefix)
     }))

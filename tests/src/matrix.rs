@@ -25,15 +25,24 @@ pub enum Topology {
     /// 3 data pods without Sentinel (the operator promotes on the master Lease, ADR 0022).
     #[serde(rename = "3-no-sentinel")]
     Lease3,
+    /// 3 data pods + 3 Sentinels with persistence (AOF and RDB on each pod's PVC), for the rows
+    /// where the disks change what happens.
+    #[serde(rename = "3+3-persistent")]
+    Sentinel3x3Persistent,
 }
 
 impl Topology {
-    pub const ALL: [Topology; 2] = [Topology::Sentinel3x3, Topology::Lease3];
+    pub const ALL: [Topology; 3] = [
+        Topology::Sentinel3x3,
+        Topology::Lease3,
+        Topology::Sentinel3x3Persistent,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Topology::Sentinel3x3 => "3+3",
             Topology::Lease3 => "3-no-sentinel",
+            Topology::Sentinel3x3Persistent => "3+3-persistent",
         }
     }
 
@@ -43,18 +52,32 @@ impl Topology {
         match self {
             Topology::Sentinel3x3 => "disruption_matrix::three_data_pods_and_three_sentinels",
             Topology::Lease3 => "disruption_matrix::three_data_pods_without_sentinel",
+            Topology::Sentinel3x3Persistent => {
+                "disruption_matrix::three_data_pods_and_three_sentinels_with_persistence"
+            }
         }
     }
 
     pub fn title(self) -> &'static str {
         match self {
-            Topology::Sentinel3x3 => "3 data pods + 3 Sentinels",
-            Topology::Lease3 => "3 data pods without Sentinel",
+            Topology::Sentinel3x3 => "3 data pods + 3 Sentinels, without persistence",
+            Topology::Lease3 => "3 data pods without Sentinel, without persistence",
+            Topology::Sentinel3x3Persistent => {
+                "3 data pods + 3 Sentinels with persistence (AOF and RDB on each pod's volume)"
+            }
         }
     }
 
     pub fn has_sentinel(self) -> bool {
-        self == Topology::Sentinel3x3
+        matches!(
+            self,
+            Topology::Sentinel3x3 | Topology::Sentinel3x3Persistent
+        )
+    }
+
+    /// Every data pod keeps its dataset on its PVC (`persistence.mode: both`).
+    pub fn has_persistence(self) -> bool {
+        self == Topology::Sentinel3x3Persistent
     }
 
     /// The `spec` of the measured `Valkey` (flow YAML).
@@ -64,6 +87,10 @@ impl Topology {
                 "{replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}}"
             }
             Topology::Lease3 => "{replicas: 3, image: valkey/valkey:8.0}",
+            Topology::Sentinel3x3Persistent => {
+                "{replicas: 3, image: valkey/valkey:8.0, persistence: {enabled: true, mode: both, \
+                 size: 100Mi}, sentinel: {enabled: true, replicas: 3}}"
+            }
         }
     }
 
@@ -71,11 +98,10 @@ impl Topology {
     /// another is promoted, + 3 s — Sentinel's down-after, or without Sentinel the master Lease's
     /// expiry as the operator sees it.
     pub fn unplanned_target(self) -> Duration {
-        let detection = match self {
-            Topology::Sentinel3x3 => Duration::from_millis(u64::from(vko_render::DOWN_AFTER_MS)),
-            Topology::Lease3 => {
-                vko_authority::MASTER_LEASE_DURATION + vko_authority::LEASE_EXPIRY_MARGIN
-            }
+        let detection = if self.has_sentinel() {
+            Duration::from_millis(u64::from(vko_render::DOWN_AFTER_MS))
+        } else {
+            vko_authority::MASTER_LEASE_DURATION + vko_authority::LEASE_EXPIRY_MARGIN
         };
         detection + Duration::from_secs(3)
     }
@@ -144,6 +170,17 @@ const API_DOWN_FENCES: KnownGap = KnownGap {
           server (ADR 0022); while kube-apiserver is down it cannot, so it fences after F and \
           takes writes again at its first renewal once the API server is back",
     enforced: Duration::from_secs(20),
+};
+/// Every pod deleted at once with Sentinel.
+const EVERY_POD_WITH_SENTINEL: KnownGap = KnownGap {
+    why: "the DELETEs reach the pods one by one: a master whose pod is deleted a moment before its \
+          replicas' has handed over to a replica that is deleted next, and Sentinel's promotion \
+          of it stalls (11.0 and 10.3 s of paused writes, 2 of 16 runs on 2026-12-07, 0 lost); \
+          while the Sentinels restart too, a master waiting for its successor may be unable to \
+          prove its authority and pause writes until they name it again (ADR 0019); one run \
+          before the handover re-checked its replicas at the last moment was unwritable 32.7 s, \
+          its cause not traced",
+    enforced: Duration::from_secs(40),
 };
 /// Writes wait for the stopped Sentinels, by design.
 const SENTINELS_BACK: KnownGap = KnownGap {
@@ -238,6 +275,11 @@ impl Row {
     }
 
     pub fn applies_to(self, topology: Topology) -> bool {
+        if topology.has_persistence() {
+            // The rows where the disks change what happens: every pod's data gone from memory,
+            // a crashed master restarting with its files.
+            return matches!(self, Row::EveryPodDeleted | Row::MasterKill);
+        }
         match self {
             Row::SentinelDelete | Row::SentinelMajorityStopped => topology.has_sentinel(),
             _ => true,
@@ -306,8 +348,7 @@ impl Row {
                 "SIGSTOP of 2 of the 3 Sentinel containers for 20 s, then SIGCONT"
             }
             Row::EveryPodDeleted => {
-                "`DELETE` of every pod of the cluster (data and Sentinel) at once through the \
-                 API, without persistence"
+                "`DELETE` of every pod of the cluster (data and Sentinel) at once through the API"
             }
             Row::RollingUpdate => {
                 "a change of `spec.podAnnotations`: every data pod is replaced (the roll of \
@@ -341,6 +382,7 @@ impl Row {
     /// One sentence on what vko does about the fault.
     pub fn what_vko_does(self, topology: Topology) -> &'static str {
         let sentinel = topology.has_sentinel();
+        let persistent = topology.has_persistence();
         match self {
             Row::ReplicaDelete => {
                 "The StatefulSet recreates the pod; it resyncs from the master, which never stops \
@@ -354,9 +396,15 @@ impl Row {
                 "The sidecar's preStop hands the role over first (writes paused, a replica caught \
                  up, the Lease handed over, the replica promoted); `-rw` follows the new master."
             }
+            Row::MasterKill if persistent => {
+                "The restarted server loads its files but starts as a replica all the same (the \
+                 restart guard of ADR 0005: its replicas may hold writes its files lack) and asks Sentinel to fail over at once; it then \
+                 resyncs from the new master."
+            }
             Row::MasterKill if sentinel => {
                 "The restarted server starts as a replica (the restart guard of ADR 0005: an empty \
-                 master would wipe its replicas); Sentinel fails over after down-after."
+                 master would wipe its replicas) and asks Sentinel to fail over at once, without \
+                 waiting for down-after."
             }
             Row::MasterKill => {
                 "The restarted server starts as a replica (ADR 0005); the operator promotes the \
@@ -396,19 +444,26 @@ impl Row {
                  wait until the Sentinels return (ADR 0019: it cannot tell stopped Sentinels \
                  from Sentinels that fail it over behind a partition)."
             }
+            Row::EveryPodDeleted if persistent => {
+                "Each data pod's files come back with its replacement, but only the running pods \
+                 hold the latest writes: as without persistence, the master's preStop keeps \
+                 taking writes until a replacement (started from its own files) has caught up \
+                 with it, is Ready and is known to a Sentinel, then hands over to it (ADR 0048); \
+                 the old master's replacement loads its files and rejoins as a replica (ADR 0005)."
+            }
             Row::EveryPodDeleted if sentinel => {
                 "Without persistence only the running pods hold the data. The StatefulSet \
                  recreates each pod once the old one is gone (Parallel policy), so the master's \
                  preStop keeps taking writes — its fencer on guard — until a replacement has \
                  copied it, is Ready and is known to a Sentinel, then hands over to it, never to \
                  a replica that is itself going (at most 35 s; ADR 0048). Writes stop only for \
-                 that switchover. With persistence: not measured yet."
+                 that switchover."
             }
             Row::EveryPodDeleted => {
                 "Without persistence only the running pods hold the data: the master's preStop \
                  keeps the master Lease and takes writes until a replacement has copied it and \
                  is Ready, then moves the Lease and promotes it, never a replica that is itself \
-                 going (at most 35 s; ADR 0048). With persistence: not measured yet."
+                 going (at most 35 s; ADR 0048)."
             }
             Row::RollingUpdate => {
                 "Replicas are replaced one at a time, then one switchover to an updated replica \
@@ -531,6 +586,7 @@ impl Row {
             | Row::ReplicaDelete
             | Row::ReplicaPartition40s
             | Row::SentinelDelete => None,
+            Row::EveryPodDeleted if sentinel => Some(EVERY_POD_WITH_SENTINEL),
             // The master's preStop waits for a replacement and switches over to it (ADR 0048):
             // a switchover, well within the unplanned target.
             Row::EveryPodDeleted => None,
@@ -1081,6 +1137,15 @@ mod tests {
         );
         assert!(Row::selected("nothing-like-it").is_empty());
         assert!(!Row::SentinelDelete.applies_to(Topology::Lease3));
+        let persistent: Vec<Row> = Row::ALL
+            .into_iter()
+            .filter(|row| row.applies_to(Topology::Sentinel3x3Persistent))
+            .collect();
+        assert_eq!(persistent, [Row::MasterKill, Row::EveryPodDeleted]);
+        assert_eq!(
+            Topology::Sentinel3x3Persistent.unplanned_target(),
+            Topology::Sentinel3x3.unplanned_target()
+        );
     }
 
     #[test]
@@ -1100,6 +1165,7 @@ mod tests {
         );
         assert!(page.contains("## 3 data pods + 3 Sentinels"), "{page}");
         assert!(!page.contains("## 3 data pods without Sentinel"), "{page}");
+        assert!(!page.contains("with persistence"), "{page}");
         assert!(
             page.contains(
                 "| master-pause-15s | 2 | 0 of 1000 | 0 of 100 | 1.00 s / 12.00 s | 1 of 2 | 20.00 s / 30.00 s | 1 / 1 | **broken in 1 of 2** |"

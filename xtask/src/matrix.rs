@@ -1,5 +1,5 @@
 //! `cargo xtask matrix`: the disruption matrix (issue 15, ADR 0042). Runs the end-to-end tests
-//! `disruption_matrix::*` on the testbed (both topologies at once, then the rows whose fault hits
+//! `disruption_matrix::*` on the testbed (the topologies at once, then the rows whose fault hits
 //! the whole testbed alone; each row `--runs` times), reads
 //! their `MATRIX` lines and writes `docs/disruption-matrix.md` from them — also when a run broke
 //! its bound (the page says so, and the command fails after writing it).
@@ -19,8 +19,8 @@ pub struct Args {
     /// Only the rows whose id contains one of these comma-separated parts (e.g. `pause,kill`).
     #[arg(long, default_value = "")]
     rows: String,
-    /// Only these topologies (comma-separated: `3+3`, `3-no-sentinel`).
-    #[arg(long, default_value = "3+3,3-no-sentinel")]
+    /// Only these topologies (comma-separated: `3+3`, `3-no-sentinel`, `3+3-persistent`).
+    #[arg(long, default_value = "3+3,3-no-sentinel,3+3-persistent")]
     topologies: String,
     /// Where the page goes (relative to the repository root).
     #[arg(long, default_value = "docs/disruption-matrix.md")]
@@ -42,7 +42,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Topology::ALL
                 .into_iter()
                 .find(|t| t.label() == label)
-                .with_context(|| format!("unknown topology {label:?} (3+3, 3-no-sentinel)"))
+                .with_context(|| {
+                    format!("unknown topology {label:?} (3+3, 3-no-sentinel, 3+3-persistent)")
+                })
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(args.runs > 0, "--runs must be at least 1");
@@ -74,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|t| t.test_name().to_owned())
             .collect();
-        libtest.extend(["--exact", "--nocapture", "--test-threads=2"].map(str::to_owned));
+        libtest.extend(["--exact", "--nocapture", "--test-threads=3"].map(str::to_owned));
         passes.push(libtest);
     }
     if rows.iter().any(|row| row.exclusive()) {
