@@ -1,7 +1,7 @@
 //! Auth and persistence acceptance.
 //! - Auth: the password comes from a Secret; a data pod refuses commands without it and refuses a
 //!   wrong one; with `sentinel.disableAuth` Sentinel answers without AUTH while Valkey still
-//!   requires it.
+//!   requires it; a new cluster reports no password rotation.
 //! - Persistence rdb / aof / both: data survives deleting the (only) pod; each mode is its own
 //!   one-pod Valkey in the test's namespace. Every pod of a persistent 3 data + 3 Sentinel
 //!   cluster deleted at once is a row of the disruption matrix (`3+3-persistent`).
@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use operator_support::{OperatorTest, condition, ok_with, wait_for_valkey};
+use operator_support::{OperatorTest, condition, events_about, ok_with, wait_for_valkey};
 use vko_api::Valkey;
 use vko_testbed::harness::{apply_yaml, wait_until};
 
@@ -52,6 +52,16 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         )
         .await
         .unwrap();
+    // A new cluster rotated nothing: no PasswordRotation condition, no rotation Event (its
+    // pods not answering yet once made one look like a rotation).
+    assert_eq!(condition(&valkey, "PasswordRotation"), None);
+    let events = events_about(&client, &ns, "sec", "Normal").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PasswordRotated")),
+        "a PasswordRotated Event on a new cluster"
+    );
     let master = valkey.status.unwrap().master_pod.unwrap();
     let pods = Pods::list(&client, &ns).await.unwrap();
 
@@ -105,7 +115,6 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         let flags = state.get("flags").cloned().unwrap_or_default();
         assert_eq!(flags, "master", "{sentinel}: {state:?}");
     }
-
     test.cleanup().await.unwrap();
 }
 

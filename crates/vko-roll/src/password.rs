@@ -72,6 +72,10 @@ pub enum PasswordStep {
     /// These pods do not accept the current password yet (their Secret volume or sidecar has
     /// not caught up), or could not be asked. The old password stays everywhere.
     WaitForPods { pods: Vec<String> },
+    /// These pods could not be asked, and every pod that answered accepts the current password
+    /// only, with no rotation recorded: nothing is rotating (a new cluster's pods starting, a
+    /// pod replaced during a roll). Nothing to report; looked at again soon.
+    Unanswered { pods: Vec<String> },
     /// Every one accepts the current password and an older one: clients may use either until
     /// `retire_at`. `since` is to be recorded when it was not.
     Grace { since: Millis, retire_at: Millis },
@@ -102,6 +106,11 @@ pub fn step(world: &PasswordWorld<'_>) -> PasswordStep {
         .map(|a| a.pod.clone())
         .collect();
     if !waiting.is_empty() {
+        let rotating = world.accepted_since.is_some()
+            || all().any(|a| a.passwords.is_some() && !a.only(world.current));
+        if !rotating {
+            return PasswordStep::Unanswered { pods: waiting };
+        }
         return PasswordStep::WaitForPods { pods: waiting };
     }
     let extra = |tier: &[Accepts]| -> Vec<String> {
@@ -150,6 +159,7 @@ pub fn recheck(step: &PasswordStep, now: Millis) -> Option<Duration> {
     match step {
         PasswordStep::Settled => None,
         PasswordStep::WaitForPods { .. }
+        | PasswordStep::Unanswered { .. }
         | PasswordStep::WaitForSidecars { .. }
         | PasswordStep::Retire { .. } => Some(WAIT_RECHECK),
         PasswordStep::Grace { retire_at, .. } => Some(
@@ -207,6 +217,44 @@ mod tests {
             step(&w),
             PasswordStep::WaitForPods {
                 pods: vec!["v-1".into(), "s-0".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn pods_that_cannot_be_asked_while_nothing_rotates_are_no_rotation() {
+        let unasked = |pod: &str| {
+            let mut a = accepts(pod, &[]);
+            a.passwords = None;
+            a
+        };
+        // A new cluster whose pods are not running yet.
+        let w = world(vec![unasked("v-0"), unasked("v-1")], vec![unasked("s-0")]);
+        assert_eq!(
+            step(&w),
+            PasswordStep::Unanswered {
+                pods: vec!["v-0".into(), "v-1".into(), "s-0".into()]
+            }
+        );
+        // A pod replaced during a roll, every other one on the current password only.
+        let w = world(
+            vec![accepts("v-0", &["new"]), unasked("v-1")],
+            vec![accepts("s-0", &["new"])],
+        );
+        assert_eq!(
+            step(&w),
+            PasswordStep::Unanswered {
+                pods: vec!["v-1".into()]
+            }
+        );
+        assert_eq!(recheck(&step(&w), Millis(0)), Some(WAIT_RECHECK));
+        // The same with a grace period recorded: a rotation is under way.
+        let mut w = w;
+        w.accepted_since = Some(Millis(900_000));
+        assert_eq!(
+            step(&w),
+            PasswordStep::WaitForPods {
+                pods: vec!["v-1".into()]
             }
         );
     }

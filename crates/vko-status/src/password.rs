@@ -55,6 +55,8 @@ pub fn password_rotation_condition(
                 pods.join(", ")
             ),
         )),
+        // Pods not answering while nothing rotates: no rotation to report.
+        PasswordStep::Unanswered { .. } => None,
         PasswordStep::WaitForSidecars { pods, .. } => Some((
             true,
             ConditionReason::SidecarsOnOldPassword,
@@ -92,6 +94,7 @@ pub fn password_rotation_record(
             accepted_since: i64::try_from(since.0).unwrap_or(i64::MAX),
         }),
         PasswordStep::Settled | PasswordStep::WaitForPods { .. } => None,
+        PasswordStep::Unanswered { .. } => current.cloned(),
     }
 }
 
@@ -146,6 +149,11 @@ mod tests {
         assert_eq!(reason, ConditionReason::NewPasswordPending);
         assert!(message.contains("v-1, v-sentinel-0"), "{message}");
 
+        let unanswered = rotation(PasswordStep::Unanswered {
+            pods: vec!["v-0".into()],
+        });
+        assert_eq!(password_rotation_condition(&unanswered, None), None);
+        assert_eq!(password_rotation_record(Some(&unanswered), None), None);
         let grace = rotation(PasswordStep::Grace {
             since: Millis(1_000),
             retire_at: Millis(301_000),
