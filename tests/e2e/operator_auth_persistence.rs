@@ -1,7 +1,9 @@
 //! Auth and persistence acceptance.
 //! - Auth: the password comes from a Secret; a data pod refuses commands without it and refuses a
 //!   wrong one; with `sentinel.disableAuth` Sentinel answers without AUTH while Valkey still
-//!   requires it; a new cluster reports no password rotation.
+//!   requires it; a new cluster reports no password rotation; after the Secret's password
+//!   changes (grace period 0 s) every server accepts only the new one, replication and the
+//!   Sentinels' `auth-pass` moved with it, the Sentinels still without a password.
 //! - Persistence rdb / aof / both: data survives deleting the (only) pod; each mode is its own
 //!   one-pod Valkey in the test's namespace. Every pod of a persistent 3 data + 3 Sentinel
 //!   cluster deleted at once is a row of the disruption matrix (`3+3-persistent`).
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use ha_support::{Conn, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, call};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use operator_support::{OperatorTest, condition, events_about, ok_with, wait_for_valkey};
@@ -28,6 +30,8 @@ use vko_api::Valkey;
 use vko_testbed::harness::{apply_yaml, wait_until};
 
 const PASSWORD: &str = "s3cret-pässword with spaces";
+/// What the auth test rotates to.
+const ROTATED: &str = "rotated pässword, also with spaces";
 
 async fn authed(ip: &str, password: &str) -> anyhow::Result<(Conn, Reply)> {
     let mut conn = Conn::connect(ip, VALKEY_PORT, Duration::from_secs(5)).await?;
@@ -44,7 +48,7 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         .apply_until_ok(
             &format!(
                 "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{PASSWORD}\"}}\n---\n\
-                 apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: sec}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, auth: {{secretName: pw}}, sentinel: {{enabled: true, replicas: 3, disableAuth: true}}}}\n"
+                 apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: sec}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, auth: {{secretName: pw, oldPasswordGracePeriod: 0s}}, sentinel: {{enabled: true, replicas: 3, disableAuth: true}}}}\n"
             ),
             "sec",
             3,
@@ -115,6 +119,96 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         let flags = state.get("flags").cloned().unwrap_or_default();
         assert_eq!(flags, "master", "{sentinel}: {state:?}");
     }
+    drop(conn);
+
+    // A rotation with `sentinel.disableAuth` (issue 16): the servers move to the new password
+    // and retire the old one (grace period 0 s) while the Sentinels keep answering without one
+    // and their `auth-pass` to the servers moves with them. Before the data pods' sidecars
+    // were told the Sentinels take no password, they gave them the new one and the rotation
+    // never finished (the operator could not reach a Sentinel without it).
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .patch(
+            "pw",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": ROTATED}})),
+        )
+        .await
+        .unwrap();
+    wait_until("a PasswordRotated Event", Duration::from_secs(150), || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let events = events_about(&client, &ns, "sec", "Normal").await;
+            let rotated = events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("PasswordRotated"));
+            Ok(rotated.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
+    wait_for_valkey(
+        &valkeys,
+        "sec",
+        "PasswordRotation=False/PasswordRotated and OK",
+        Duration::from_secs(60),
+        |v| {
+            ok_with(3)(v)
+                && condition(v, "PasswordRotation")
+                    .is_some_and(|(s, r, _)| s == "False" && r == "PasswordRotated")
+        },
+    )
+    .await
+    .unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for pod in pods.names_with_prefix("sec-") {
+        if pod.starts_with("sec-sentinel-") {
+            continue;
+        }
+        let ip = pods.ip(&pod).unwrap();
+        let (_, old) = authed(&ip, PASSWORD).await.unwrap();
+        assert!(
+            matches!(&old, Reply::Error(e) if e.starts_with("WRONGPASS")),
+            "{pod} after the rotation, the old password: {old:?}"
+        );
+        let (_, new) = authed(&ip, ROTATED).await.unwrap();
+        assert_eq!(new, Reply::Simple("OK".into()), "{pod}, the new password");
+    }
+    let (mut conn, _) = authed(&pods.ip(&master).unwrap(), ROTATED).await.unwrap();
+    assert_eq!(
+        conn.call(&["SET", "k2", "v2"]).await.unwrap(),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(
+        conn.call(&["WAIT", "2", "5000"]).await.unwrap(),
+        Reply::Int(2),
+        "the replicas authenticate to the master with the new password (masterauth)"
+    );
+    // A Sentinel whose `auth-pass` were still the old password would have its PINGs refused
+    // and flag the servers down after down-after (5 s): look for longer than that, without a
+    // password.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for sentinel in pods.names_with_prefix("sec-sentinel-") {
+            let ip = pods.ip(&sentinel).unwrap();
+            let state = call(&ip, SENTINEL_PORT, &["SENTINEL", "MASTER", "sec"])
+                .await
+                .unwrap()
+                .as_map();
+            let flags = state.get("flags").cloned().unwrap_or_default();
+            assert_eq!(flags, "master", "{sentinel} after the rotation: {state:?}");
+            let replicas = call(&ip, SENTINEL_PORT, &["SENTINEL", "REPLICAS", "sec"])
+                .await
+                .unwrap();
+            for replica in replicas.items() {
+                let replica = replica.as_map();
+                let flags = replica.get("flags").cloned().unwrap_or_default();
+                assert_eq!(flags, "slave", "{sentinel}: {replica:?}");
+            }
+        }
+    }
+
     test.cleanup().await.unwrap();
 }
 

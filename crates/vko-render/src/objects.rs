@@ -563,9 +563,6 @@ pub fn observer(
     args.extend(cluster_args(ctx));
     if spec.sentinel_enabled() {
         args.push(format!("--sentinel-replicas={}", spec.sentinel_replicas()));
-        if spec.sentinel_auth_disabled() {
-            args.push("--sentinel-auth-disabled".to_owned());
-        }
     }
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();

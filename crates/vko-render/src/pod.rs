@@ -414,6 +414,12 @@ pub fn cluster_args(ctx: &Ctx<'_>) -> Vec<String> {
         ));
         args.push(format!("--sentinel-port={}", ctx.ports.sentinel));
         args.push(format!("--sentinel-monitor={}", names.name()));
+        // Every binary that talks to the Sentinels must know they take no password: a data
+        // pod's sidecar once gave them the rotated one (`ACL SETUSER default >…` also ends
+        // `nopass`), and from then on they refused clients without it.
+        if ctx.spec.sentinel_auth_disabled() {
+            args.push("--sentinel-auth-disabled".to_owned());
+        }
     }
     args
 }

@@ -105,10 +105,6 @@ fn init_container(ctx: &Ctx<'_>, tls: bool) -> Container {
     ];
     args.extend(cluster_args(ctx));
     args.extend(tls_args(tls));
-    if ctx.spec.sentinel_auth_disabled() {
-        // Sentinel itself accepts clients without a password; auth-pass is still written.
-        args.push("--sentinel-auth-disabled".to_owned());
-    }
     let mut env = pod_identity_env();
     let mut mounts = vec![
         mount(volume::TEMPLATE, paths::SENTINEL_TEMPLATE_DIR, true),
