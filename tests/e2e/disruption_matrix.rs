@@ -109,6 +109,19 @@ async fn three_data_pods_and_three_sentinels_with_persistence() {
         .unwrap();
 }
 
+/// The rows a single copy meets, on 1 data pod + 3 Sentinels and then on a single pod without
+/// Sentinel, both with persistence (without it a single pod's every restart starts empty, by
+/// definition): one test, the two shapes one after the other — each is small and its rows few.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_data_pod_with_persistence() {
+    run_matrix(Topology::Sentinel1x3Persistent, "mx-one-sentinel")
+        .await
+        .unwrap();
+    run_matrix(Topology::SinglePersistent, "mx-one")
+        .await
+        .unwrap();
+}
+
 /// The exclusive rows (a node stopped, the operator killed or down, the API server restarted) on
 /// a cluster of each topology, both created at once; the rows one at a time, each topology in
 /// turn. Exclusive: these faults hit every cluster on the testbed and the shared operator.
@@ -126,6 +139,8 @@ async fn exclusive_control_plane_and_node_faults() {
             Topology::Sentinel3x3 => "mx-x-sentinel",
             Topology::Lease3 => "mx-x-lease",
             Topology::Sentinel3x3Persistent => "mx-x-persist",
+            Topology::Sentinel1x3Persistent => "mx-x-one-sentinel",
+            Topology::SinglePersistent => "mx-x-one",
         };
         cluster(*topology, prefix)
     }))

@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 pub const MASTER_SIDE_BOUND: Duration = Duration::from_millis(2_750);
 /// Shorter pauses between two acknowledged writes are the writer's own pace, not an outage.
 pub const OUTAGE_GAP: Duration = Duration::from_millis(250);
+/// `appendfsync everysec`: Valkey fsyncs the AOF once a second and, while an fsync is still
+/// running, postpones the next write for up to another second — what a crash of the only copy
+/// may lose (a killed process normally loses nothing: the kernel holds what was written).
+pub const AOF_FSYNC_TAIL: Duration = Duration::from_secs(2);
 /// Issue 15's target for planned faults (a graceful delete, a roll).
 pub const PLANNED_TARGET: Duration = Duration::from_secs(2);
 
@@ -29,13 +33,22 @@ pub enum Topology {
     /// where the disks change what happens.
     #[serde(rename = "3+3-persistent")]
     Sentinel3x3Persistent,
+    /// 1 data pod + 3 Sentinels with persistence: no replica holds a copy, so the pod's files
+    /// are the only one.
+    #[serde(rename = "1+3-persistent")]
+    Sentinel1x3Persistent,
+    /// A single data pod with persistence, no Sentinel.
+    #[serde(rename = "1-persistent")]
+    SinglePersistent,
 }
 
 impl Topology {
-    pub const ALL: [Topology; 3] = [
+    pub const ALL: [Topology; 5] = [
         Topology::Sentinel3x3,
         Topology::Lease3,
         Topology::Sentinel3x3Persistent,
+        Topology::Sentinel1x3Persistent,
+        Topology::SinglePersistent,
     ];
 
     pub fn label(self) -> &'static str {
@@ -43,6 +56,8 @@ impl Topology {
             Topology::Sentinel3x3 => "3+3",
             Topology::Lease3 => "3-no-sentinel",
             Topology::Sentinel3x3Persistent => "3+3-persistent",
+            Topology::Sentinel1x3Persistent => "1+3-persistent",
+            Topology::SinglePersistent => "1-persistent",
         }
     }
 
@@ -55,6 +70,10 @@ impl Topology {
             Topology::Sentinel3x3Persistent => {
                 "disruption_matrix::three_data_pods_and_three_sentinels_with_persistence"
             }
+            // One test, the two shapes one after the other: each is small and its rows few.
+            Topology::Sentinel1x3Persistent | Topology::SinglePersistent => {
+                "disruption_matrix::one_data_pod_with_persistence"
+            }
         }
     }
 
@@ -65,19 +84,45 @@ impl Topology {
             Topology::Sentinel3x3Persistent => {
                 "3 data pods + 3 Sentinels with persistence (AOF and RDB on each pod's volume)"
             }
+            Topology::Sentinel1x3Persistent => {
+                "1 data pod + 3 Sentinels with persistence (AOF and RDB on its volume)"
+            }
+            Topology::SinglePersistent => {
+                "A single data pod with persistence (AOF and RDB on its volume), no Sentinel"
+            }
         }
     }
 
     pub fn has_sentinel(self) -> bool {
         matches!(
             self,
-            Topology::Sentinel3x3 | Topology::Sentinel3x3Persistent
+            Topology::Sentinel3x3
+                | Topology::Sentinel3x3Persistent
+                | Topology::Sentinel1x3Persistent
         )
     }
 
     /// Every data pod keeps its dataset on its PVC (`persistence.mode: both`).
     pub fn has_persistence(self) -> bool {
-        self == Topology::Sentinel3x3Persistent
+        matches!(
+            self,
+            Topology::Sentinel3x3Persistent
+                | Topology::Sentinel1x3Persistent
+                | Topology::SinglePersistent
+        )
+    }
+
+    /// `spec.replicas`: how many data pods.
+    pub fn data_pods(self) -> i32 {
+        match self {
+            Topology::Sentinel1x3Persistent | Topology::SinglePersistent => 1,
+            _ => 3,
+        }
+    }
+
+    /// Nothing but the master holds the data: no replica to hand over to or to confirm a write.
+    pub fn has_replicas(self) -> bool {
+        self.data_pods() > 1
     }
 
     /// The `spec` of the measured `Valkey` (flow YAML).
@@ -90,6 +135,14 @@ impl Topology {
             Topology::Sentinel3x3Persistent => {
                 "{replicas: 3, image: valkey/valkey:8.0, persistence: {enabled: true, mode: both, \
                  size: 100Mi}, sentinel: {enabled: true, replicas: 3}}"
+            }
+            Topology::Sentinel1x3Persistent => {
+                "{replicas: 1, image: valkey/valkey:8.0, persistence: {enabled: true, mode: both, \
+                 size: 100Mi}, sentinel: {enabled: true, replicas: 3}}"
+            }
+            Topology::SinglePersistent => {
+                "{replicas: 1, image: valkey/valkey:8.0, persistence: {enabled: true, mode: both, \
+                 size: 100Mi}}"
             }
         }
     }
@@ -116,6 +169,9 @@ pub enum LossRule {
     /// partition, the resume of a paused server: the fence bound of ADR 0019/0022), or in the
     /// instant the fault hit (acknowledged, not yet replicated, as in a crash); by any writer.
     WithinFenceBound,
+    /// Only writes acknowledged within [`AOF_FSYNC_TAIL`] before a crash (or in the instant it
+    /// hit): a single copy is as durable as its AOF, which Valkey fsyncs once a second.
+    UnsyncedTail,
 }
 
 /// How long a row may leave the cluster unwritable.
@@ -181,6 +237,21 @@ const EVERY_POD_WITH_SENTINEL: KnownGap = KnownGap {
           before the handover re-checked its replicas at the last moment was unwritable 32.7 s, \
           its cause not traced",
     enforced: Duration::from_secs(40),
+};
+/// A single copy replaced.
+const ONE_COPY_REPLACED: KnownGap = KnownGap {
+    why: "a single data pod has no replica to take over: writes wait while it stops, while its \
+          replacement is created once the old pod is gone, starts, loads its files and becomes \
+          Ready (its readiness probe runs every 5 s), and while `-rw` follows — more replicas \
+          are the remedy",
+    enforced: Duration::from_secs(20),
+};
+/// A single copy and the Sentinels replaced at once.
+const ONE_COPY_AND_SENTINELS_REPLACED: KnownGap = KnownGap {
+    why: "as for one data pod deleted, and the Sentinels are replaced at the same time: the new \
+          server takes writes only once a majority of the new Sentinels names it (ADR 0019; 6.3 \
+          s of the 13.1 s measured on 2026-12-07)",
+    enforced: Duration::from_secs(30),
 };
 /// Writes wait for the stopped Sentinels, by design.
 const SENTINELS_BACK: KnownGap = KnownGap {
@@ -275,14 +346,34 @@ impl Row {
     }
 
     pub fn applies_to(self, topology: Topology) -> bool {
-        if topology.has_persistence() {
+        match topology {
             // The rows where the disks change what happens: every pod's data gone from memory,
             // a crashed master restarting with its files.
-            return matches!(self, Row::EveryPodDeleted | Row::MasterKill);
-        }
-        match self {
-            Row::SentinelDelete | Row::SentinelMajorityStopped => topology.has_sentinel(),
-            _ => true,
+            Topology::Sentinel3x3Persistent => {
+                matches!(self, Row::EveryPodDeleted | Row::MasterKill)
+            }
+            // What a single copy meets: its pod deleted, crashed or rolled, and with Sentinel the
+            // Sentinels' own faults. No replica rows; the exclusive ones are not run (a stopped
+            // node leaves the only copy unreachable until the node is back, by definition).
+            Topology::Sentinel1x3Persistent => matches!(
+                self,
+                Row::MasterDelete
+                    | Row::MasterKill
+                    | Row::SentinelDelete
+                    | Row::SentinelMajorityStopped
+                    | Row::EveryPodDeleted
+                    | Row::RollingUpdate
+            ),
+            Topology::SinglePersistent => {
+                matches!(
+                    self,
+                    Row::MasterDelete | Row::MasterKill | Row::RollingUpdate
+                )
+            }
+            Topology::Sentinel3x3 | Topology::Lease3 => match self {
+                Row::SentinelDelete | Row::SentinelMajorityStopped => topology.has_sentinel(),
+                _ => true,
+            },
         }
     }
 
@@ -383,7 +474,30 @@ impl Row {
     pub fn what_vko_does(self, topology: Topology) -> &'static str {
         let sentinel = topology.has_sentinel();
         let persistent = topology.has_persistence();
+        let replicas = topology.has_replicas();
         match self {
+            Row::MasterDelete if !replicas => {
+                "No replica can take over: valkey-server writes its AOF and RDB as it shuts down, \
+                 and writes wait until the StatefulSet's replacement has loaded them, is Ready \
+                 and `-rw` routes to it."
+            }
+            Row::MasterKill if !replicas => {
+                "The kubelet restarts the server in place; it loads its AOF and, with no replica \
+                 that could hold newer writes, comes back as master (ADR 0005; with Sentinel once \
+                 their majority still names it). Valkey writes each write to the AOF before \
+                 answering it, so a killed process loses nothing the kernel holds; the AOF is \
+                 fsynced once a second (`appendfsync everysec`), so a node's crash — or a disk \
+                 so slow that Valkey postpones the write — may lose the last one to two seconds."
+            }
+            Row::RollingUpdate if !replicas => {
+                "With no replica to switch over to, the operator replaces the only pod (its \
+                 volume kept); writes wait for the replacement as for a delete."
+            }
+            Row::EveryPodDeleted if !replicas => {
+                "The data pod's files come back with its replacement, which, finding no peer \
+                 that could hold newer writes, serves them as master — once a majority of the \
+                 recreated Sentinels names it (ADR 0019)."
+            }
             Row::ReplicaDelete => {
                 "The StatefulSet recreates the pod; it resyncs from the master, which never stops \
                  taking writes."
@@ -511,14 +625,13 @@ impl Row {
         }
     }
 
-    pub fn loss_rule(self) -> LossRule {
-        if matches!(
-            self,
-            Row::MasterPartition40s | Row::MasterPause15s | Row::MasterPause60s
-        ) {
-            LossRule::WithinFenceBound
-        } else {
-            LossRule::None
+    pub fn loss_rule(self, topology: Topology) -> LossRule {
+        match self {
+            Row::MasterPartition40s | Row::MasterPause15s | Row::MasterPause60s => {
+                LossRule::WithinFenceBound
+            }
+            Row::MasterKill if !topology.has_replicas() => LossRule::UnsyncedTail,
+            _ => LossRule::None,
         }
     }
 
@@ -556,6 +669,14 @@ impl Row {
     pub fn known_gap(self, topology: Topology) -> Option<KnownGap> {
         let sentinel = topology.has_sentinel();
         match self {
+            Row::EveryPodDeleted if !topology.has_replicas() && sentinel => {
+                Some(ONE_COPY_AND_SENTINELS_REPLACED)
+            }
+            Row::MasterDelete | Row::RollingUpdate | Row::EveryPodDeleted
+                if !topology.has_replicas() =>
+            {
+                Some(ONE_COPY_REPLACED)
+            }
             Row::OperatorDownMasterKill if !sentinel => Some(OPERATOR_BACK),
             Row::ApiserverRestartMidRoll if !sentinel => Some(API_DOWN_FENCES),
             // Without Sentinel the switchover itself takes ~0.1 s, the `-rw` path 1–2 s more:
@@ -692,7 +813,7 @@ impl Measurement {
     /// What breaks the row's bound (empty: none).
     pub fn violations(&self) -> Vec<String> {
         let mut broken = Vec::new();
-        let rule = self.row.loss_rule();
+        let rule = self.row.loss_rule(self.topology);
         match rule {
             LossRule::None if self.lost > 0 => {
                 broken.push(format!(
@@ -703,6 +824,13 @@ impl Measurement {
             LossRule::WithinFenceBound if self.lost_outside_bound > 0 => {
                 broken.push(format!(
                     "{} of {} acknowledged writes lost through -rw outside {MASTER_SIDE_BOUND:?} of the fault",
+                    self.lost_outside_bound, self.lost
+                ));
+            }
+            LossRule::UnsyncedTail if self.lost_outside_bound > 0 => {
+                broken.push(format!(
+                    "{} of {} acknowledged writes lost through -rw, acknowledged more than \
+                     {AOF_FSYNC_TAIL:?} before the crash",
                     self.lost_outside_bound, self.lost
                 ));
             }
@@ -814,14 +942,26 @@ pub fn render(measurements: &[Measurement], commit: &str, date: &str, command: &
         push(
             &mut page,
             &format!(
-                "Every run is held to: 0 lost (a client on a partitioned or paused master's \
-                 side: only writes acknowledged within {:.2} s of the cut or the resume); never \
+                "Every run is held to: 0 lost ({}); never \
                  two pods labelled master or two `-rw` \
                  endpoints at one sample; unwritable within issue 15's target — {} s for an \
                  unplanned fault, {} s for a planned one — or, where vko does not meet it yet, \
                  within the bound its known gap states below. The **unwritable** column says \
                  how many runs met the target.",
-                MASTER_SIDE_BOUND.as_secs_f64(),
+                if topology.has_replicas() {
+                    format!(
+                        "a client on a partitioned or paused master's side: only writes \
+                         acknowledged within {:.2} s of the cut or the resume",
+                        MASTER_SIDE_BOUND.as_secs_f64()
+                    )
+                } else {
+                    format!(
+                        "a crash of the only copy may lose writes acknowledged within {} s \
+                         before it, the AOF's fsync interval; no replica confirms a write, so \
+                         the confirming writer does not run",
+                        AOF_FSYNC_TAIL.as_secs()
+                    )
+                },
                 topology.unplanned_target().as_secs(),
                 PLANNED_TARGET.as_secs()
             ),
@@ -904,11 +1044,15 @@ fn table_line(row: Row, runs: &[&Measurement]) -> String {
         median_max(runs.iter().map(|m| m.lost).collect(), &count),
         median_max(runs.iter().map(|m| m.acked).collect(), &count)
     );
-    let confirmed = format!(
-        "{} of {}",
-        median_max(runs.iter().map(|m| m.confirmed_lost).collect(), &count),
-        median_max(runs.iter().map(|m| m.confirmed).collect(), &count)
-    );
+    let confirmed = if runs.iter().any(|m| m.topology.has_replicas()) {
+        format!(
+            "{} of {}",
+            median_max(runs.iter().map(|m| m.confirmed_lost).collect(), &count),
+            median_max(runs.iter().map(|m| m.confirmed).collect(), &count)
+        )
+    } else {
+        "— (no replica)".into()
+    };
     let never = runs.iter().any(|m| m.unwritable_ms.is_none());
     let unwritable = if never {
         "never writable again".into()
@@ -1059,6 +1203,45 @@ mod tests {
         assert!(
             m.violations().is_empty(),
             "the Lease expires after 6 s: 9 s"
+        );
+    }
+
+    #[test]
+    fn a_single_copy_may_lose_only_its_unsynced_tail_to_a_crash_and_waits_for_its_replacement() {
+        for topology in [Topology::Sentinel1x3Persistent, Topology::SinglePersistent] {
+            assert!(!topology.has_replicas() && topology.has_persistence());
+            let rows: Vec<Row> = Row::ALL
+                .into_iter()
+                .filter(|r| r.applies_to(topology))
+                .collect();
+            assert!(
+                rows.iter().all(|r| !r.exclusive()
+                    && !matches!(r, Row::ReplicaDelete | Row::ReplicaPartition40s)),
+                "{rows:?}"
+            );
+            assert_eq!(Row::MasterKill.loss_rule(topology), LossRule::UnsyncedTail);
+            assert_eq!(Row::MasterDelete.loss_rule(topology), LossRule::None);
+            let mut m = measurement(Row::MasterKill);
+            m.topology = topology;
+            m.lost = 40;
+            m.lost_outside_bound = 0;
+            assert!(m.violations().is_empty(), "the AOF's last second");
+            m.lost_outside_bound = 1;
+            assert_eq!(m.violations().len(), 1, "older than the fsync interval");
+            let mut m = measurement(Row::MasterDelete);
+            m.topology = topology;
+            m.unwritable_ms = Some(12_000);
+            assert!(m.violations().is_empty(), "waits for the replacement");
+            assert_eq!(m.target_met(), Some(false));
+            m.lost = 1;
+            assert_eq!(m.violations().len(), 1, "a graceful stop loses nothing");
+        }
+        assert!(Row::SentinelMajorityStopped.applies_to(Topology::Sentinel1x3Persistent));
+        assert!(!Row::SentinelDelete.applies_to(Topology::SinglePersistent));
+        // The 3-pod shapes keep the rule they had.
+        assert_eq!(
+            Row::MasterKill.loss_rule(Topology::Sentinel3x3Persistent),
+            LossRule::None
         );
     }
 

@@ -21,7 +21,9 @@ use crate::ha_support::{
     Follow, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, Writer, call, endpoint_pods, eventually, info,
     info_field, kill_valkey_server, missing_keys, watch_terminations,
 };
-use crate::matrix::{MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable};
+use crate::matrix::{
+    AOF_FSYNC_TAIL, LossRule, MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable,
+};
 use crate::operator_support::{
     OperatorTest, kill_operator, ok_with, restart_operator, wait_for_valkey,
 };
@@ -82,7 +84,7 @@ pub async fn create(test: &OperatorTest, topology: Topology) -> anyhow::Result<(
             topology.spec()
         ),
         NAME,
-        3,
+        topology.data_pods(),
         Duration::from_secs(300),
     )
     .await?;
@@ -101,11 +103,11 @@ struct Expect {
     sentinels_rolled: bool,
     /// Where the fence bound's window starts when not at the fault: a paused server's resume.
     window_start: Option<Instant>,
-    /// The data pods then (default 3).
+    /// The data pods then (default: the topology's).
     replicas: Option<i32>,
 }
 
-/// Phase OK with every data pod ready (3 unless `expect` says otherwise), the recorded master
+/// Phase OK with every data pod ready (the topology's unless `expect` says otherwise), the recorded master
 /// (with Sentinel: named by every Sentinel) answering master with every replica online, alone
 /// behind `-rw`; returns it.
 async fn healthy(
@@ -115,7 +117,7 @@ async fn healthy(
 ) -> anyhow::Result<String> {
     let (client, ns) = (test.client(), test.ns());
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
-    let replicas = expect.replicas.unwrap_or(3);
+    let replicas = expect.replicas.unwrap_or(topology.data_pods());
     let online = (replicas - 1).to_string();
     eventually(HEALTHY_TIMEOUT, "the cluster healthy", || async {
         let valkey = valkeys.get(NAME).await?;
@@ -225,7 +227,10 @@ pub async fn measure(
         )
     };
     let plain = writer(prefix.clone(), None);
-    let confirming = writer(format!("{prefix}-c"), Some(1));
+    // `WAIT 1` needs a replica.
+    let confirming = topology
+        .has_replicas()
+        .then(|| writer(format!("{prefix}-c"), Some(1)));
     let side = if row.has_master_side_client() {
         let netns = pod_netns(&client, &ns, &master).await?;
         Some(AckWriter::in_netns(&netns, &format!("{prefix}-side"))?)
@@ -233,7 +238,9 @@ pub async fn measure(
         None
     };
     until_acked(&plain, WRITES_AROUND, "the plain writer before the fault").await?;
-    until_acked(&confirming, WRITES_AROUND / 10, "the confirming writer").await?;
+    if let Some(confirming) = &confirming {
+        until_acked(confirming, WRITES_AROUND / 10, "the confirming writer").await?;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     eprintln!(
@@ -268,7 +275,10 @@ pub async fn measure(
     // Sentinels' next answers): the gap counts until the writer stopped.
     let stopped = Instant::now();
     let plain = plain.stop().await;
-    let confirming = confirming.stop().await;
+    let confirmed = match confirming {
+        Some(confirming) => confirming.stop().await.confirmed,
+        None => Vec::new(),
+    };
     let samples = sampler.stop().await;
 
     let ip = Pods::list(&client, &ns)
@@ -276,7 +286,7 @@ pub async fn measure(
         .ip(&master_after)
         .with_context(|| format!("no IP for {master_after}"))?;
     let lost = missing_keys(&ip, &plain.acked).await?;
-    let confirmed_lost = missing_keys(&ip, &confirming.confirmed).await?;
+    let confirmed_lost = missing_keys(&ip, &confirmed).await?;
     if !lost.is_empty() {
         eprintln!("lost: {:?}", plain.describe_lost(&lost));
     }
@@ -289,13 +299,24 @@ pub async fn measure(
         .map(|(key, at)| (key.clone(), *at))
         .collect();
     let window_start = expect.window_start.unwrap_or(fault);
-    let outside = split_lost(
-        &lost_at,
-        fault - FAULT_LANDED_SLACK,
-        fault + FAULT_LANDED_SLACK,
-        window_start,
-        MASTER_SIDE_BOUND,
-    )
+    let outside = match row.loss_rule(topology) {
+        // The AOF's unsynced tail: the writes acknowledged up to its fsync interval before the
+        // crash count as acknowledged at the fault.
+        LossRule::UnsyncedTail => split_lost(
+            &lost_at,
+            fault - AOF_FSYNC_TAIL - FAULT_LANDED_SLACK,
+            fault + FAULT_LANDED_SLACK,
+            fault + FAULT_LANDED_SLACK,
+            Duration::ZERO,
+        ),
+        LossRule::None | LossRule::WithinFenceBound => split_lost(
+            &lost_at,
+            fault - FAULT_LANDED_SLACK,
+            fault + FAULT_LANDED_SLACK,
+            window_start,
+            MASTER_SIDE_BOUND,
+        ),
+    }
     .outside;
     if !outside.is_empty() {
         eprintln!(
@@ -336,7 +357,7 @@ pub async fn measure(
         run,
         acked: plain.acked.len() as u64,
         lost: lost.len() as u64,
-        confirmed: confirming.confirmed.len() as u64,
+        confirmed: confirmed.len() as u64,
         confirmed_lost: confirmed_lost.len() as u64,
         lost_outside_bound: outside.len() as u64,
         master_side,
@@ -457,15 +478,17 @@ async fn inject(
     pods: &Pods,
 ) -> anyhow::Result<Expect> {
     let (client, ns) = (test.client(), test.ns().to_owned());
+    // A single data pod stays master through every fault.
     let moved = || Expect {
-        master_moved_from: Some(master.to_owned()),
+        master_moved_from: topology.has_replicas().then(|| master.to_owned()),
         ..Expect::default()
     };
-    let replica = pods
-        .names_with_prefix(&format!("{NAME}-"))
-        .into_iter()
-        .find(|pod| pod != master)
-        .context("no replica pod")?;
+    let replica = || {
+        pods.names_with_prefix(&format!("{NAME}-"))
+            .into_iter()
+            .find(|pod| pod != master)
+            .context("no replica pod")
+    };
     let valkey_of = |pod: &str| (ns.clone(), pod.to_owned(), "valkey".to_owned());
     let pause = |(namespace, pod, container)| Fault::Pause {
         namespace,
@@ -479,7 +502,7 @@ async fn inject(
     };
     Ok(match row {
         Row::ReplicaDelete => {
-            delete_and_wait_gone(&client, &ns, &replica).await?;
+            delete_and_wait_gone(&client, &ns, &replica()?).await?;
             Expect::default()
         }
         Row::MasterDelete => {
@@ -519,7 +542,7 @@ async fn inject(
             let pod = if row == Row::MasterPartition40s {
                 master.to_owned()
             } else {
-                replica
+                replica()?
             };
             let (namespace, pod) = (ns.clone(), pod);
             test.testbed

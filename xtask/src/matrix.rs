@@ -19,8 +19,12 @@ pub struct Args {
     /// Only the rows whose id contains one of these comma-separated parts (e.g. `pause,kill`).
     #[arg(long, default_value = "")]
     rows: String,
-    /// Only these topologies (comma-separated: `3+3`, `3-no-sentinel`, `3+3-persistent`).
-    #[arg(long, default_value = "3+3,3-no-sentinel,3+3-persistent")]
+    /// Only these topologies (comma-separated: `3+3`, `3-no-sentinel`, `3+3-persistent`,
+    /// `1+3-persistent`, `1-persistent`).
+    #[arg(
+        long,
+        default_value = "3+3,3-no-sentinel,3+3-persistent,1+3-persistent,1-persistent"
+    )]
     topologies: String,
     /// Where the page goes (relative to the repository root).
     #[arg(long, default_value = "docs/disruption-matrix.md")]
@@ -43,7 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .into_iter()
                 .find(|t| t.label() == label)
                 .with_context(|| {
-                    format!("unknown topology {label:?} (3+3, 3-no-sentinel, 3+3-persistent)")
+                    let known: Vec<&str> = Topology::ALL.iter().map(|t| t.label()).collect();
+                    format!("unknown topology {label:?} ({})", known.join(", "))
                 })
         })
         .collect::<anyhow::Result<_>>()?;
@@ -76,7 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|t| t.test_name().to_owned())
             .collect();
-        libtest.extend(["--exact", "--nocapture", "--test-threads=3"].map(str::to_owned));
+        // The single-pod shapes share a test.
+        libtest.sort();
+        libtest.dedup();
+        libtest.extend(["--exact", "--nocapture", "--test-threads=4"].map(str::to_owned));
         passes.push(libtest);
     }
     if rows.iter().any(|row| row.exclusive()) {
