@@ -482,9 +482,9 @@ impl Row {
                  and `-rw` routes to it."
             }
             Row::MasterKill if !replicas => {
-                "The kubelet restarts the server in place; it loads its AOF and, with no replica \
-                 that could hold newer writes, comes back as master (ADR 0005; with Sentinel once \
-                 their majority still names it). Valkey writes each write to the AOF before \
+                "The restarted server loads its AOF and, with no replica that could hold newer \
+                 writes, comes back as master (ADR 0005; with Sentinel, once their majority names \
+                 it). Valkey writes each write to the AOF before \
                  answering it, so a killed process loses nothing the kernel holds; the AOF is \
                  fsynced once a second (`appendfsync everysec`), so a node's crash — or a disk \
                  so slow that Valkey postpones the write — may lose the last one to two seconds."
