@@ -62,6 +62,31 @@ pub fn authority_proof(
     vko_authority::authority_proof(me, Electorate::new(0, discovered), &answers)
 }
 
+/// What this round of answers says about the master, for the label rule (ADR 0044, ADR 0049):
+/// a failover promoting another pod (any Sentinel's word, even while the majority still names
+/// `me`: it only ever takes a master's label away), else `me`'s authority proven by the majority
+/// or by the failover promoting it (ADR 0030's rule, the fencer's own), else the master the
+/// majority names, if any.
+pub fn sentinel_word(
+    me: &Endpoint,
+    answers: &[Option<SentinelAnswer>],
+    discovered: usize,
+) -> SentinelWord<Endpoint> {
+    let promoted_elsewhere = answers
+        .iter()
+        .flatten()
+        .find_map(|a| a.promoting.as_ref().filter(|p| *p != me));
+    if let Some(promoted) = promoted_elsewhere {
+        return SentinelWord::Promotes(promoted.clone());
+    }
+    match authority_proof(me, answers, discovered) {
+        Some(Proof::Majority) => return SentinelWord::Names(me.clone()),
+        Some(Proof::Promotion) => return SentinelWord::Promotes(me.clone()),
+        None => {}
+    }
+    sentinel_master(answers, discovered).map_or(SentinelWord::NoMajority, SentinelWord::Names)
+}
+
 /// One answer as the fencer holds it (ADR 0040): its vote and promotion, from the ask that began
 /// at `asked_at`, vouching from its oldest unanswered PING (ADR 0041,
 /// [`MasterReach::vouch_wait`](crate::topology::MasterReach::vouch_wait)).
@@ -235,8 +260,8 @@ pub fn file_role(live: &LiveRole, standalone: bool, port: u16) -> Option<RoleLin
 }
 
 /// The `vko.gtrfc.com/instanceRole` label: `vko-authority`'s rule over the live role (with
-/// Sentinel a master is labelled master once the majority names it; without a majority answer
-/// the label stays `current`).
+/// Sentinel a master is labelled master once the majority names it or the failover in progress
+/// promotes it; without either the label stays `current`).
 pub fn label_for(
     live: &LiveRole,
     me: &Endpoint,
@@ -414,6 +439,49 @@ mod tests {
             reach: crate::topology::MasterReach::Waited(Duration::ZERO),
             lists_replicas: true,
         })
+    }
+
+    #[test]
+    fn the_label_word_is_the_authority_proof_then_a_promotion_elsewhere_then_the_majority() {
+        let me = ep(0);
+        let promoting = |answer: Option<SentinelAnswer>, promoted: u16| {
+            answer.map(|a| SentinelAnswer {
+                promoting: Some(ep(promoted)),
+                ..a
+            })
+        };
+        // The majority names this pod.
+        let named = [vote(1, 0, 3, 1), vote(2, 0, 3, 1), None];
+        assert_eq!(
+            sentinel_word(&me, &named, 3),
+            SentinelWord::Names(me.clone())
+        );
+        // The failover in progress promotes this pod; the others still name the old master.
+        let promoted = [promoting(vote(1, 1, 3, 1), 0), vote(2, 1, 3, 1), None];
+        assert_eq!(
+            sentinel_word(&me, &promoted, 3),
+            SentinelWord::Promotes(me.clone())
+        );
+        // The same with one answer out of three: no majority answered, no proof.
+        let alone = [promoting(vote(1, 1, 3, 1), 0), None, None];
+        assert_eq!(sentinel_word(&me, &alone, 3), SentinelWord::NoMajority);
+        // Seen by the old master (ep 1): the majority still names it, but a failover promotes
+        // another pod — its label goes.
+        assert_eq!(
+            sentinel_word(&ep(1), &promoted, 3),
+            SentinelWord::Promotes(me.clone())
+        );
+        // A third pod promoted by one Sentinel while the majority still names this one: the
+        // failover it runs moves the master away, so this pod's label goes already.
+        let third = [
+            promoting(vote(1, 0, 3, 1), 2),
+            vote(2, 0, 3, 1),
+            vote(3, 0, 3, 1),
+        ];
+        assert_eq!(sentinel_word(&me, &third, 3), SentinelWord::Promotes(ep(2)));
+        // Nobody promotes, the majority names another pod.
+        let other = [vote(1, 1, 3, 1), vote(2, 1, 3, 1), None];
+        assert_eq!(sentinel_word(&me, &other, 3), SentinelWord::Names(ep(1)));
     }
 
     #[test]
@@ -684,7 +752,7 @@ mod tests {
 
     #[test]
     fn label_is_cross_checked_against_sentinel() {
-        use SentinelWord::{Names, NoMajority, NoSentinel};
+        use SentinelWord::{Names, NoMajority, NoSentinel, Promotes};
         let me = ep(0);
         let other = ep(1);
         let master = InstanceRole::Master;
@@ -699,6 +767,16 @@ mod tests {
         assert_eq!(
             label_for(&LiveRole::Master, &me, NoMajority, Some(master)),
             master
+        );
+        // Promoted by the failover in progress (ADR 0049): master before the majority names it;
+        // the master it fails over from loses its label at once.
+        assert_eq!(
+            label_for(&LiveRole::Master, &me, Promotes(&me), Some(replica)),
+            master
+        );
+        assert_eq!(
+            label_for(&LiveRole::Master, &me, Promotes(&other), Some(master)),
+            replica
         );
         // A stale master: Sentinel's majority names another pod.
         assert_eq!(

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use vko_authority::SentinelWord;
 use vko_valkey::{SentinelClient, ValkeyClient};
 
 use crate::conf::{self, RoleLine};
@@ -75,6 +76,17 @@ impl Node {
         let sentinels = self.topology.sentinels().await;
         let answers = ask_sentinels(&self.dialer, &sentinels, name).await;
         decide::sentinel_master(&answers, sentinels.len())
+    }
+
+    /// What one round of Sentinel answers says for the label rule (`decide::sentinel_word`);
+    /// `NoMajority` without Sentinel's monitor name.
+    pub async fn sentinel_word(&self) -> SentinelWord<Endpoint> {
+        let Some(name) = self.topology.monitor.as_ref() else {
+            return SentinelWord::NoMajority;
+        };
+        let sentinels = self.topology.sentinels().await;
+        let answers = ask_sentinels(&self.dialer, &sentinels, name).await;
+        decide::sentinel_word(self.me(), &answers, sentinels.len())
     }
 
     /// ADR 0005's authority: Sentinel's majority, or the operator's record without Sentinel.

@@ -159,9 +159,7 @@ impl Keeper {
         let sentinel = if !node.topology.sentinel_enabled() {
             SentinelWord::NoSentinel
         } else if live == LiveRole::Master {
-            node.sentinel_master()
-                .await
-                .map_or(SentinelWord::NoMajority, SentinelWord::Names)
+            node.sentinel_word().await
         } else {
             // Not asked: a server that is not master is labelled replica whatever they say.
             SentinelWord::NoMajority
@@ -197,9 +195,11 @@ impl Keeper {
             }
         }
         if self.last_label != Some(label) {
-            if label == InstanceRole::Master
-                && (sentinel.as_ref() == SentinelWord::Names(node.me()) || lease_mode)
-            {
+            let proven = matches!(
+                sentinel.as_ref(),
+                SentinelWord::Names(m) | SentinelWord::Promotes(m) if m == node.me()
+            );
+            if label == InstanceRole::Master && (proven || lease_mode) {
                 self.clear_other_master_labels().await;
             }
             match node.pods.set_role_label(&node.my_pod, label).await {

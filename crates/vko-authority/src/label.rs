@@ -27,6 +27,11 @@ pub enum SentinelWord<K> {
     NoMajority,
     /// The Sentinel majority names this master.
     Names(K),
+    /// A Sentinel failover in progress promotes this pod: for the pod itself, ADR 0030's proof
+    /// (the failover's Sentinel promotes it, no answer names or promotes a third pod, a strict
+    /// majority answered); for any other pod, one Sentinel's word suffices — the label of a
+    /// master being failed over from only ever goes to replica on it.
+    Promotes(K),
 }
 
 impl<K> SentinelWord<K> {
@@ -35,18 +40,21 @@ impl<K> SentinelWord<K> {
             SentinelWord::NoSentinel => SentinelWord::NoSentinel,
             SentinelWord::NoMajority => SentinelWord::NoMajority,
             SentinelWord::Names(k) => SentinelWord::Names(k),
+            SentinelWord::Promotes(k) => SentinelWord::Promotes(k),
         }
     }
 }
 
 /// The label rule: a server that does not answer master is labelled replica; with Sentinel a
-/// master is labelled master only once the Sentinel majority names it, and replica when the
-/// majority names another pod (never route writes to a stale master). Without a majority
-/// answer the label does not change (`current`, replica when unknown): a master just promoted
-/// waits for the majority to name it — a master whose node died still carries the label then,
-/// and only a master the majority names may clear it (two labelled masters would give `-rw` two
-/// endpoints) —, and a labelled master keeps its label through a round a Sentinel missed (the
-/// fencer relabels one that stays unproven, ADR 0019).
+/// master is labelled master only once its authority is proven — the Sentinel majority names
+/// it, or the failover in progress promotes it (ADR 0030, ADR 0049) —, and replica when the
+/// majority names another pod or a failover promotes another (never route writes to a stale
+/// master, nor to one being failed over from). Without a majority answer the label does not
+/// change (`current`, replica when unknown): a master just promoted waits for its proof — a
+/// master whose node died still carries the label then, and only a proven master may clear it
+/// (two labelled masters would give `-rw` two endpoints) —, and a labelled master keeps its
+/// label through a round a Sentinel missed (the fencer relabels one that stays unproven, ADR
+/// 0019).
 pub fn instance_role<K: PartialEq>(
     answers_master: bool,
     me: &K,
@@ -56,8 +64,10 @@ pub fn instance_role<K: PartialEq>(
     match sentinel {
         _ if !answers_master => InstanceRole::Replica,
         SentinelWord::NoSentinel => InstanceRole::Master,
-        SentinelWord::Names(named) if named == me => InstanceRole::Master,
-        SentinelWord::Names(_) => InstanceRole::Replica,
+        SentinelWord::Names(named) | SentinelWord::Promotes(named) if named == me => {
+            InstanceRole::Master
+        }
+        SentinelWord::Names(_) | SentinelWord::Promotes(_) => InstanceRole::Replica,
         SentinelWord::NoMajority => current.unwrap_or(InstanceRole::Replica),
     }
 }
@@ -69,7 +79,7 @@ mod tests {
     #[test]
     fn a_master_is_labelled_master_once_the_sentinel_majority_names_it() {
         use InstanceRole::{Master, Replica};
-        use SentinelWord::{Names, NoMajority, NoSentinel};
+        use SentinelWord::{Names, NoMajority, NoSentinel, Promotes};
         type Row = (
             bool,
             SentinelWord<u8>,
@@ -86,6 +96,9 @@ mod tests {
             (true, NoMajority, None, Replica, "unknown label, no majority: not yet"),
             (true, NoMajority, Some(Replica), Replica, "just promoted: waits to be named"),
             (true, NoMajority, Some(Master), Master, "a round a Sentinel missed: unchanged"),
+            (true, Promotes(0), Some(Replica), Master, "promoted by the failover in progress"),
+            (true, Promotes(1), Some(Master), Replica, "being failed over from, still master"),
+            (false, Promotes(0), Some(Replica), Replica, "promotion chosen, server not master yet"),
             (false, NoSentinel, Some(Master), Replica, "not master"),
             (false, Names(0), Some(Master), Replica, "not master, though named"),
             (false, NoMajority, Some(Master), Replica, "not master, no majority"),
