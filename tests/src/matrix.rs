@@ -195,15 +195,18 @@ pub struct KnownGap {
 
 /// A switchover seen through `-rw`.
 const RW_SWITCHOVER: KnownGap = KnownGap {
-    why: "through `-rw` a switchover costs up to 2–3.5 s where a client that finds the master \
-          itself waits ~1.3 s with Sentinel, ~0.1 s without: the label moves once a Sentinel majority (or the Lease) names the new \
-          master, then the EndpointSlice, then kube-proxy's rules (at most one sync a second)",
+    why: "through `-rw` a switchover costs the switchover itself (~1 s with Sentinel, whose \
+          once-a-second `INFO` sees the promotion; ~0.1 s without), then the label's move (on \
+          the failover's proof since ADR 0049, before it once the Sentinel majority named the new \
+          master; or the Lease), the EndpointSlice and kube-proxy's rules (at most one sync a \
+          second): 1.1–1.9 s on 3 + 3 after ADR 0049, 2–3.5 s before",
     enforced: Duration::from_secs(5),
 };
 /// A Sentinel failover seen through `-rw`.
 const RW_FAILOVER: KnownGap = KnownGap {
     why: "after down-after (5 s) Sentinel needs 1–2 s to agree, elect a leader and promote, \
-          then `-rw` follows as for a switchover",
+          then `-rw` follows as for a switchover (6.9–7.7 s on 3 + 3 after ADR 0049, 8.5–9.3 s \
+          before)",
     enforced: Duration::from_secs(11),
 };
 /// A hung master without Sentinel.
