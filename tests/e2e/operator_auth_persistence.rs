@@ -85,16 +85,14 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         assert_eq!(right, Reply::Simple("OK".into()), "{pod}");
     }
     let master_ip = pods.ip(&master).unwrap();
-    let (mut conn, _) = authed(&master_ip, PASSWORD).await.unwrap();
-    assert_eq!(
-        conn.call(&["SET", "k", "v"]).await.unwrap(),
-        Reply::Simple("OK".into())
-    );
-    assert_eq!(
-        conn.call(&["WAIT", "2", "5000"]).await.unwrap(),
-        Reply::Int(2),
-        "the replicas authenticate to the master (masterauth)"
-    );
+    write_reaches_both_replicas(
+        &master_ip,
+        PASSWORD,
+        "k",
+        "the replicas authenticate to the master (masterauth)",
+    )
+    .await
+    .unwrap();
 
     for sentinel in pods.names_with_prefix("sec-sentinel-") {
         let ip = pods.ip(&sentinel).unwrap();
@@ -119,7 +117,6 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         let flags = state.get("flags").cloned().unwrap_or_default();
         assert_eq!(flags, "master", "{sentinel}: {state:?}");
     }
-    drop(conn);
 
     // A rotation with `sentinel.disableAuth` (issue 16): the servers move to the new password
     // and retire the old one (grace period 0 s) while the Sentinels keep answering without one
@@ -175,16 +172,14 @@ async fn the_secret_password_is_required_by_valkey_and_not_by_a_sentinel_with_au
         let (_, new) = authed(&ip, ROTATED).await.unwrap();
         assert_eq!(new, Reply::Simple("OK".into()), "{pod}, the new password");
     }
-    let (mut conn, _) = authed(&pods.ip(&master).unwrap(), ROTATED).await.unwrap();
-    assert_eq!(
-        conn.call(&["SET", "k2", "v2"]).await.unwrap(),
-        Reply::Simple("OK".into())
-    );
-    assert_eq!(
-        conn.call(&["WAIT", "2", "5000"]).await.unwrap(),
-        Reply::Int(2),
-        "the replicas authenticate to the master with the new password (masterauth)"
-    );
+    write_reaches_both_replicas(
+        &pods.ip(&master).unwrap(),
+        ROTATED,
+        "k2",
+        "the replicas authenticate to the master with the new password (masterauth)",
+    )
+    .await
+    .unwrap();
     // A Sentinel whose `auth-pass` were still the old password would have its PINGs refused
     // and flag the servers down after down-after (5 s): look for longer than that, without a
     // password.
@@ -546,4 +541,20 @@ async fn storage_changes_on_an_existing_cluster_are_reported_and_never_half_appl
     assert_eq!(resources["requests"]["cpu"], "41m", "{resources}");
 
     test.cleanup().await.unwrap();
+}
+
+/// A `SET` of `key` on the master at `ip` with `password` is acknowledged and reaches both
+/// replicas (`WAIT 2`): they authenticate to it.
+async fn write_reaches_both_replicas(
+    ip: &str,
+    password: &str,
+    key: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    let (mut conn, _) = authed(ip, password).await?;
+    let set = conn.call(&["SET", key, "v"]).await?;
+    anyhow::ensure!(set == Reply::Simple("OK".into()), "SET {key}: {set:?}");
+    let wait = conn.call(&["WAIT", "2", "5000"]).await?;
+    anyhow::ensure!(wait == Reply::Int(2), "{why}: WAIT 2 answered {wait:?}");
+    Ok(())
 }
