@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use ha_support::{
     Pods, Reply, VALKEY_PORT, Writer, call, dump_container_logs, endpoint_pods, eventually, info,
-    info_field, kill_valkey_server, missing_keys, sentinel_master_host,
+    info_field, kill_valkey_server, missing_keys, pod_is_ready, sentinel_master_host,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, EvictParams};
 use operator_support::{OperatorTest, ok_with, wait_for_valkey};
 use vko_api::Valkey;
+use vko_testbed::control::Fault;
 use vko_testbed::harness::apply_yaml;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -485,5 +486,144 @@ async fn a_master_restarted_in_place_never_serves_empty_to_its_replicas() {
         missing_confirmed.iter().take(20).collect::<Vec<_>>()
     );
 
+    test.cleanup().await.unwrap();
+}
+
+/// ADR 0050: every Sentinel is replaced while the master is cut off, and its server crashes
+/// before the network heals. The new Sentinels name the master (the rendered seed), back in the
+/// hold and empty, and can learn replicas only from its `INFO`, which lists none: they refuse
+/// every failover ("no suitable replica to promote"). The held master copies the data back from
+/// its most caught-up replica and serves it: the same pod is master again, no replica ever drops
+/// below what it had confirmed, and no confirmed write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_whose_sentinels_were_all_replaced_gets_its_data_back_from_a_replica() {
+    let _serial = SERIAL.lock().await;
+    let test = OperatorTest::start("op-relay").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let master = create_ha(&client, &ns, ", persistence: {enabled: false}")
+        .await
+        .unwrap();
+    let writer = Writer::start(
+        client.clone(),
+        ns.clone(),
+        NAME.into(),
+        "relay".into(),
+        Some(2),
+    );
+    wait_for_writes(&writer, 300).await;
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let replicas: Vec<(String, String)> = pods
+        .names_with_prefix(&format!("{NAME}-"))
+        .into_iter()
+        .filter(|p| *p != master && !p.contains("sentinel"))
+        .map(|p| {
+            let ip = pods.ip(&p).unwrap();
+            (p, ip)
+        })
+        .collect();
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    let confirmed_before = writer.confirmed().await;
+
+    // Every Sentinel is replaced while the master is cut off (so no replacement reads its INFO,
+    // and no old Sentinel is left to fail it over), then its server crashes, restarting in the
+    // hold, and the network heals: the new Sentinels find the master in the hold, listing no
+    // replica — the state an every-pod-deleted run ended in (issue 15).
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sentinels: Vec<String> = (0..3).map(|i| format!("{NAME}-sentinel-{i}")).collect();
+    let mut old_uids = Vec::new();
+    for sentinel in &sentinels {
+        old_uids.push(api.get(sentinel).await.unwrap().metadata.uid);
+    }
+    let cut = || (ns.clone(), master.clone());
+    let (namespace, pod) = cut();
+    test.testbed
+        .fault(Fault::Partition { namespace, pod })
+        .await
+        .unwrap();
+    let cut_at = Instant::now();
+    for sentinel in &sentinels {
+        api.delete(sentinel, &Default::default()).await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(120),
+        "three new Sentinel pods ready",
+        || async {
+            for (sentinel, old) in sentinels.iter().zip(&old_uids) {
+                let pod = api.get(sentinel).await?;
+                anyhow::ensure!(pod.metadata.uid != *old, "{sentinel} not replaced yet");
+                anyhow::ensure!(pod_is_ready(&pod), "{sentinel} not ready");
+            }
+            Ok(())
+        },
+    )
+    .await
+    .unwrap();
+    kill_valkey_server(&client, &ns, &master).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (namespace, pod) = cut();
+    test.testbed
+        .fault(Fault::Heal { namespace, pod })
+        .await
+        .unwrap();
+    eprintln!(
+        "relay: {master} cut off {:?}, its server killed, healed",
+        cut_at.elapsed()
+    );
+    let killed_at = cut_at;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let replicas = replicas.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut lowest: Vec<Option<i64>> = vec![None; replicas.len()];
+            while !stop.load(Ordering::SeqCst) {
+                for (i, (_, ip)) in replicas.iter().enumerate() {
+                    if let Ok(Reply::Int(n)) = call(ip, VALKEY_PORT, &["DBSIZE"]).await {
+                        lowest[i] = Some(lowest[i].map_or(n, |l| l.min(n)));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            lowest
+        })
+    };
+    if let Err(e) = whole_again(&client, &ns, &master).await {
+        dump_container_logs(&client, &ns, 80).await;
+        panic!("{e:#}");
+    }
+    let took = killed_at.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let lowest = watch.await.unwrap();
+    let after = writer.acked().await;
+    wait_for_writes(&writer, after + 300).await;
+    let log = writer.stop().await;
+
+    let ip = master_ip(&client, &ns).await.unwrap();
+    let missing_confirmed = missing_keys(&ip, &log.confirmed).await.unwrap();
+    let missing_acked = missing_keys(&ip, &log.acked).await.unwrap();
+    eprintln!(
+        "relay: {master} whole again {took:?} after it was cut off; {} OK'd, {} confirmed (before the crash \
+         {confirmed_before}); lost {} confirmed, {} OK-only; longest gap between OKs {:?}; \
+         lowest key counts of {:?} since the crash: {lowest:?}",
+        log.acked.len(),
+        log.confirmed.len(),
+        missing_confirmed.len(),
+        missing_acked.len(),
+        log.longest_gap(),
+        replicas.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+    );
+    for ((pod, _), lowest) in replicas.iter().zip(&lowest) {
+        let lowest = lowest.unwrap_or_else(|| panic!("{pod} never answered DBSIZE"));
+        assert!(
+            lowest >= i64::try_from(confirmed_before).unwrap(),
+            "{pod} fell to {lowest} keys, below the {confirmed_before} it had confirmed"
+        );
+    }
+    assert!(
+        missing_confirmed.is_empty(),
+        "confirmed writes lost: {:?}",
+        missing_confirmed.iter().take(20).collect::<Vec<_>>()
+    );
     test.cleanup().await.unwrap();
 }

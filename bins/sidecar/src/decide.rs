@@ -212,6 +212,44 @@ pub fn leave_hold(
     }
 }
 
+/// ADR 0050: the data a held master that Sentinel cannot fail over copies back — the most
+/// caught-up peer, ranked as Sentinel ranks replicas (replication offset, then keys; ties to the
+/// first) — when every peer answered, none serves as master and one holds data. `None`: no
+/// relay (a silent peer may hold more; a master elsewhere is a failover's or the operator's).
+pub fn relay_source(peers: &[PeerEvidence]) -> Option<Endpoint> {
+    let mut best: Option<&PeerReport> = None;
+    for peer in peers {
+        let PeerEvidence::Answered(report) = peer else {
+            return None;
+        };
+        if report.is_master() {
+            return None;
+        }
+        let ahead = |b: &PeerReport| {
+            (report.master_repl_offset, report.keys) > (b.master_repl_offset, b.keys)
+        };
+        if report.holds_data() && best.is_none_or(ahead) {
+            best = Some(report);
+        }
+    }
+    best.map(|report| report.endpoint.clone())
+}
+
+/// ADR 0050: Sentinel cannot end the hold — a strict majority of every Sentinel the cluster has
+/// (ADR 0014's rule) refused the failover for want of a replica it could promote. Sentinel
+/// answers a failover already running differently, so this also proves none runs.
+pub fn sentinel_cannot_promote(refused_for_no_replica: usize, discovered: usize) -> bool {
+    let votes = (0..refused_for_no_replica).map(|_| Vote::new(Some(()), 0));
+    vko_authority::sentinel_majority(Electorate::new(0, discovered), votes).is_some()
+}
+
+/// ADR 0050: the held master has everything its relay source acknowledged once its link is up
+/// and it applied at least the offset the source reported before (the source is paused, so that
+/// offset only grows by Valkey's own pings).
+pub fn relay_copied(link_up: bool, applied_offset: i64, source_offset: i64) -> bool {
+    link_up && applied_offset >= source_offset
+}
+
 /// A replica whose upstream is not the master the authority names (the Sentinel majority, or
 /// without Sentinel the master Lease's holder), and that master answers as master: where this
 /// replica should point instead. Sentinel reconfigures only the replicas it has discovered (from
@@ -629,6 +667,51 @@ mod tests {
             ),
             hold
         );
+    }
+
+    #[test]
+    fn the_relay_copies_from_the_most_caught_up_peer_only_when_every_peer_answered() {
+        // The most caught-up by offset, then keys; an empty peer is never the source.
+        let peers = [
+            answered(1, false, 5000, 10),
+            answered(2, false, 7000, 9),
+            answered(3, false, 0, 0),
+        ];
+        assert_eq!(relay_source(&peers), Some(ep(2)));
+        let tied = [answered(1, false, 7000, 10), answered(2, false, 7000, 9)];
+        assert_eq!(relay_source(&tied), Some(ep(1)));
+        // A silent peer may hold more than any that answered.
+        let silent = [
+            answered(1, false, 5000, 10),
+            PeerEvidence::Unreachable(ep(2)),
+        ];
+        assert_eq!(relay_source(&silent), None);
+        // A peer serving as master: a failover's or the operator's business, not a relay's.
+        let master = [answered(1, false, 5000, 10), answered(2, true, 7000, 9)];
+        assert_eq!(relay_source(&master), None);
+        // Nothing to copy.
+        let empty = [answered(1, false, 0, 0), answered(2, false, 0, 0)];
+        assert_eq!(relay_source(&empty), None);
+        assert_eq!(relay_source(&[]), None);
+    }
+
+    #[test]
+    fn sentinel_cannot_promote_only_when_a_majority_of_all_sentinels_refused_for_want_of_one() {
+        assert!(sentinel_cannot_promote(2, 3));
+        assert!(sentinel_cannot_promote(3, 3));
+        assert!(!sentinel_cannot_promote(1, 3));
+        assert!(!sentinel_cannot_promote(2, 4));
+        assert!(sentinel_cannot_promote(3, 5));
+        assert!(!sentinel_cannot_promote(0, 0));
+        assert!(sentinel_cannot_promote(1, 1));
+    }
+
+    #[test]
+    fn the_relay_is_copied_once_the_link_is_up_and_the_source_offset_applied() {
+        assert!(relay_copied(true, 6421, 6407));
+        assert!(relay_copied(true, 6407, 6407));
+        assert!(!relay_copied(true, 6406, 6407));
+        assert!(!relay_copied(false, 6407, 6407));
     }
 
     #[test]

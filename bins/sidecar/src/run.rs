@@ -11,8 +11,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::sync::OnceCell;
+use vko_authority::HOLD_HOST;
 use vko_authority::{InstanceRole, SentinelWord};
 use vko_valkey::ValkeyClient;
+use vko_valkey::parse::{LinkStatus, ReplicationRole};
 
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
@@ -33,6 +35,10 @@ const FAILOVER_REQUEST_INTERVAL: Duration = Duration::from_secs(15);
 /// when two checks in a row see the same mismatch (Sentinel reconfigures the replicas it knows
 /// itself within a second of a failover: this must not race it).
 const REPLICA_RECHECK: Duration = Duration::from_secs(3);
+/// ADR 0050: the relay source's `CLIENT PAUSE WRITE`, renewed every pass while the held master
+/// copies from it; if this sidecar stops, the pause lapses after this long (the source's own
+/// fencer still pauses a master the Sentinels do not name).
+const RELAY_PAUSE: Duration = Duration::from_secs(30);
 
 /// What one pass of the loop saw and did (for logs and tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +72,8 @@ pub struct Keeper {
     fence: Arc<FenceState>,
     /// The `vko.gtrfc.com/fenced` annotation last written (`Some(None)`: written absent).
     last_fence_annotation: Option<Option<String>>,
+    /// ADR 0050: the peer this held master copies its data back from, while it does.
+    relay: Option<Endpoint>,
 }
 
 impl Keeper {
@@ -87,6 +95,7 @@ impl Keeper {
             replica_mismatch: None,
             fence,
             last_fence_annotation: None,
+            relay: None,
         }
     }
 
@@ -135,14 +144,22 @@ impl Keeper {
             .is_none_or(|t| t.elapsed() >= HOLD_RECHECK);
         if live == LiveRole::Hold && due {
             self.last_hold_check = Some(Instant::now());
-            let exit = self.leave_hold(standalone).await?;
-            live = self.act_on_hold_exit(&exit).await?.unwrap_or(live);
+            let (exit, peers) = self.leave_hold(standalone).await?;
+            live = self.act_on_hold_exit(&exit, &peers).await?.unwrap_or(live);
             hold_exit = Some(exit);
+        }
+        if !matches!(&live, LiveRole::ReplicaOf(up) if self.relay.as_ref() == Some(up)) {
+            self.relay = None;
         }
 
         // Without Sentinel a master is labelled master only while it holds the Lease (ADR 0022).
         let lease_mode = node.lease.is_some() && !node.topology.sentinel_enabled() && !standalone;
         if let LiveRole::ReplicaOf(upstream) = &live
+            && self.relay.as_ref() == Some(upstream)
+        {
+            let source = upstream.clone();
+            live = self.relay_step(&source).await?.unwrap_or(live);
+        } else if let LiveRole::ReplicaOf(upstream) = &live
             && (node.topology.sentinel_enabled() || lease_mode)
             && self
                 .last_replica_check
@@ -283,6 +300,17 @@ impl Keeper {
                 .other_lease_holder()
                 .and_then(|holder| node.topology.endpoint_of_pod(&holder))
         };
+        if named.as_ref() == Some(node.me()) && node.topology.sentinel_enabled() {
+            // Named master, yet following a master: a relay (ADR 0050) this sidecar began before
+            // it restarted. It finishes it; nothing else would.
+            let evidence = probe_all(&node.dialer, std::slice::from_ref(upstream)).await;
+            if matches!(evidence.first(), Some(PeerEvidence::Answered(r)) if r.is_master()) {
+                tracing::warn!(%upstream, "the Sentinels name this pod, which follows another master: taking the relay up");
+                self.relay = Some(upstream.clone());
+            }
+            self.replica_mismatch = None;
+            return Ok(None);
+        }
         let Some(named) = named.filter(|m| m != upstream && m != node.me()) else {
             self.replica_mismatch = None;
             return Ok(None);
@@ -313,7 +341,8 @@ impl Keeper {
         Ok(Some(target))
     }
 
-    async fn leave_hold(&mut self, standalone: bool) -> Result<HoldExit> {
+    /// The hold decision and the peers' evidence it was taken on.
+    async fn leave_hold(&mut self, standalone: bool) -> Result<(HoldExit, Vec<PeerEvidence>)> {
         let node = &self.node;
         let authority = if standalone {
             Authority::Standalone
@@ -346,11 +375,15 @@ impl Keeper {
                 tracing::info!(?authority, decision = ?other, "leaving the hold");
             }
         }
-        Ok(exit)
+        Ok((exit, evidence))
     }
 
     /// Carry out a hold decision; returns the new live role if it changed.
-    async fn act_on_hold_exit(&mut self, exit: &HoldExit) -> Result<Option<LiveRole>> {
+    async fn act_on_hold_exit(
+        &mut self,
+        exit: &HoldExit,
+        peers: &[PeerEvidence],
+    ) -> Result<Option<LiveRole>> {
         let node = self.node.clone();
         let Some(local) = self.local.as_ref() else {
             return Ok(None);
@@ -374,20 +407,179 @@ impl Keeper {
                 let due = self
                     .last_failover_request
                     .is_none_or(|t| t.elapsed() >= FAILOVER_REQUEST_INTERVAL);
-                if let (true, Some(name)) = (due, node.topology.monitor.as_ref()) {
-                    self.last_failover_request = Some(Instant::now());
-                    request_failover(&node, name).await;
+                let (true, Some(name)) = (due, node.topology.monitor.as_ref()) else {
+                    return Ok(None);
+                };
+                self.last_failover_request = Some(Instant::now());
+                let answer = request_failover(&node, name).await;
+                if answer.accepted
+                    || !decide::sentinel_cannot_promote(answer.no_good_replica, answer.asked)
+                {
+                    return Ok(None);
                 }
-                Ok(None)
+                let Some(source) = decide::relay_source(peers) else {
+                    tracing::warn!(
+                        "no Sentinel can promote a replica and no peer can be copied from yet (one is silent or serves as master); staying in the hold"
+                    );
+                    return Ok(None);
+                };
+                self.start_relay(&source).await.map(Some)
             }
             HoldExit::Wait(_) => Ok(None),
         }
     }
+
+    /// ADR 0050: no Sentinel can fail this held master over (they know no replica: they learn
+    /// replicas from its INFO, and a server in the hold lists none), so it copies the data back
+    /// itself: the most caught-up peer is paused and made master, and this server replicates
+    /// from it. [`Keeper::relay_step`] finishes once the copy is whole.
+    async fn start_relay(&mut self, source: &Endpoint) -> Result<LiveRole> {
+        let node = self.node.clone();
+        let peer = node
+            .dialer
+            .valkey(source)
+            .await
+            .map_err(SidecarError::valkey(format!("connect to {source}")))?;
+        let promoted = async {
+            peer.client_pause_write(RELAY_PAUSE)
+                .await
+                .map_err(SidecarError::valkey(format!(
+                    "CLIENT PAUSE WRITE on {source}"
+                )))?;
+            peer.replicaof_no_one()
+                .await
+                .map_err(SidecarError::valkey(format!(
+                    "REPLICAOF NO ONE on {source}"
+                )))
+        }
+        .await;
+        peer.close().await;
+        promoted?;
+        let Some(local) = self.local.as_ref() else {
+            return Err(SidecarError::Config("no local connection".into()));
+        };
+        local
+            .replicaof(&source.host, source.port)
+            .await
+            .map_err(SidecarError::valkey(format!("REPLICAOF {source}")))?;
+        tracing::warn!(%source, "no Sentinel can promote a replica (none known): copying the data back from the most caught-up peer, paused and made master for the copy");
+        self.relay = Some(source.clone());
+        Ok(LiveRole::ReplicaOf(source.clone()))
+    }
+
+    /// One pass of the relay: keep the source paused; once this server has everything it
+    /// acknowledged and the Sentinel majority still names this pod, serve as master and make the
+    /// source follow. Returns the new live role when it changed.
+    async fn relay_step(&mut self, source: &Endpoint) -> Result<Option<LiveRole>> {
+        let node = self.node.clone();
+        let peer = match node.dialer.valkey(source).await {
+            Ok(peer) => peer,
+            Err(e) => {
+                tracing::info!(%source, error = %e, "relay source not reachable; waiting");
+                return Ok(None);
+            }
+        };
+        let step = self.relay_on(&peer, source).await;
+        peer.close().await;
+        step
+    }
+
+    async fn relay_on(
+        &mut self,
+        peer: &ValkeyClient,
+        source: &Endpoint,
+    ) -> Result<Option<LiveRole>> {
+        let node = self.node.clone();
+        let me = node.me();
+        let Some(local) = self.local.as_ref() else {
+            return Ok(None);
+        };
+        let theirs = peer
+            .info_replication()
+            .await
+            .map_err(SidecarError::valkey(format!(
+                "INFO replication on {source}"
+            )))?;
+        if theirs.role != ReplicationRole::Master {
+            // Someone moved the source (a failover, the operator): back to the hold, where the
+            // usual rules decide again.
+            local
+                .replicaof(HOLD_HOST, me.port)
+                .await
+                .map_err(SidecarError::valkey("REPLICAOF the hold"))?;
+            tracing::warn!(%source, "the relay source no longer serves as master; back in the hold");
+            self.relay = None;
+            return Ok(Some(LiveRole::Hold));
+        }
+        peer.client_pause_write(RELAY_PAUSE)
+            .await
+            .map_err(SidecarError::valkey(format!(
+                "CLIENT PAUSE WRITE on {source}"
+            )))?;
+        let mine = local
+            .info_replication()
+            .await
+            .map_err(SidecarError::valkey("INFO replication on the local server"))?;
+        let Some(link) = mine.upstream else {
+            return Ok(None);
+        };
+        let link_up = link.link_status == LinkStatus::Up;
+        if !decide::relay_copied(link_up, link.repl_offset, theirs.master_repl_offset) {
+            return Ok(None);
+        }
+        match node.sentinel_word().await {
+            SentinelWord::Names(named) if named == *me => {}
+            word => {
+                tracing::info!(
+                    ?word,
+                    "relay copied, but the Sentinel majority does not name this pod now; waiting"
+                );
+                return Ok(None);
+            }
+        }
+        local
+            .replicaof_no_one()
+            .await
+            .map_err(SidecarError::valkey("REPLICAOF NO ONE"))?;
+        self.relay = None;
+        let follows = async {
+            peer.replicaof(&me.host, me.port).await?;
+            peer.client_unpause().await
+        }
+        .await;
+        match follows {
+            Ok(()) => {
+                tracing::warn!(%source, offset = link.repl_offset, "relay done: serving the copied data as master; the source follows this pod")
+            }
+            // Still paused (its own fencer pauses a master the Sentinels do not name); the
+            // operator demotes a master whose writes the named master holds (vko-roll).
+            Err(e) => {
+                tracing::warn!(%source, error = %e, "relay done, but the source could not be made to follow this pod")
+            }
+        }
+        Ok(Some(LiveRole::Master))
+    }
+}
+
+/// How the Sentinels answered a failover request.
+#[derive(Debug, Default)]
+struct FailoverAnswer {
+    /// One Sentinel started the failover.
+    accepted: bool,
+    /// The Sentinels there are (asked, answering or not).
+    asked: usize,
+    /// Those that refused for want of a replica they could promote (`NOGOODSLAVE`).
+    no_good_replica: usize,
 }
 
 /// `SENTINEL FAILOVER` on the first Sentinel that accepts.
-async fn request_failover(node: &Node, name: &str) {
-    for sentinel in node.topology.sentinels().await {
+async fn request_failover(node: &Node, name: &str) -> FailoverAnswer {
+    let sentinels = node.topology.sentinels().await;
+    let mut answer = FailoverAnswer {
+        asked: sentinels.len(),
+        ..FailoverAnswer::default()
+    };
+    for sentinel in sentinels {
         let result = node
             .on_sentinel(&sentinel, "SENTINEL FAILOVER", async |client| {
                 client.failover(name).await
@@ -396,11 +588,22 @@ async fn request_failover(node: &Node, name: &str) {
         match result {
             Ok(()) => {
                 tracing::info!(%sentinel, "SENTINEL FAILOVER requested: this pod restarted in the hold while replicas hold data");
-                return;
+                answer.accepted = true;
+                return answer;
             }
-            Err(e) => tracing::warn!(%sentinel, error = %e, "SENTINEL FAILOVER refused"),
+            Err(e) => {
+                if let SidecarError::Valkey {
+                    source: vko_valkey::Error::NoGoodReplica(_),
+                    ..
+                } = &e
+                {
+                    answer.no_good_replica += 1;
+                }
+                tracing::warn!(%sentinel, error = %e, "SENTINEL FAILOVER refused");
+            }
         }
     }
+    answer
 }
 
 /// What `/drain` and SIGTERM report.
