@@ -169,6 +169,30 @@ async fn only_leaving_replicas(node: &Node) -> bool {
     picked.only_leaving()
 }
 
+/// The first of `ready` whose server says it follows this master with its link up. The master
+/// lists replicas by announced host name, and a pod replaced under the same name answers that
+/// name while the master still lists the old process's connection (measured: a replacement
+/// still copying was promoted empty, ADR 0048 amended).
+async fn first_following(node: &Node, ready: &[Endpoint]) -> Option<Endpoint> {
+    let me = node.me();
+    for candidate in ready {
+        let Ok(client) = node.dialer.valkey(candidate).await else {
+            continue;
+        };
+        let follows = client
+            .info_replication()
+            .await
+            .ok()
+            .and_then(|info| info.applied_from(&me.host, me.port))
+            .is_some();
+        client.close().await;
+        if follows {
+            return Some(candidate.clone());
+        }
+    }
+    None
+}
+
 /// Whether one of the Sentinels would promote one of `eligible` now.
 async fn sentinel_would_promote(node: &Node, name: &str, eligible: &[Endpoint]) -> bool {
     for sentinel in node.topology.sentinels().await {
@@ -282,7 +306,7 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
                     }
                     _ => !picked.ready.is_empty(),
                 };
-                if ready && let Some(successor) = picked.ready.first().cloned() {
+                if ready && let Some(successor) = first_following(node, &picked.ready).await {
                     let waited = started.elapsed();
                     tracing::info!(step = "successor", %successor, waited_ms = ms(waited), "a replica that stays is online and can be promoted");
                     return SuccessorWait::Found { successor, waited };

@@ -216,7 +216,9 @@ pub async fn switchover<D: Dial>(
             )
             .await
         }
-        Promoter::Direct { target } => direct(dial, &paused, target.as_ref(), settings).await,
+        Promoter::Direct { target } => {
+            direct(dial, &paused, old_address, target.as_ref(), settings).await
+        }
     };
     match result {
         Ok((new_master, catch_up, not_repointed)) => {
@@ -389,6 +391,13 @@ impl<'d, D: Dial> Replicas<'d, D> {
         info.upstream.map(|u| u.repl_offset)
     }
 
+    /// The offset the server now answering at `at` applied from `master`, if it follows it with
+    /// its link up ([`ReplicationInfo::applied_from`]).
+    async fn applied_from(&mut self, at: &Address, master: &Address) -> Option<i64> {
+        let info = self.client(at).await.ok()?.info_replication().await.ok()?;
+        info.applied_from(&master.host, master.port)
+    }
+
     async fn close(self) {
         for (_, client) in self.open {
             client.close().await;
@@ -396,26 +405,48 @@ impl<'d, D: Dial> Replicas<'d, D> {
     }
 }
 
-/// Wait until every replica in `wanted` has processed the old master's offset (by the master's
-/// view or the replica's own). Returns the master's INFO at that point.
+/// Which view of a replica's progress [`wait_caught_up`] accepts.
+#[derive(Clone, Copy)]
+enum Proof<'a> {
+    /// The master's `slaveN:` offset or the replica's own: enough when Sentinel picks the
+    /// replica, since it promotes only one it reaches itself.
+    EitherView,
+    /// Only the replica's own word that it follows this master (announced here), link up, at
+    /// the offset: the replica promoted directly is dialled by name, and that name may already
+    /// answer from a new process (a pod replaced under the same name) while the master still
+    /// lists the old one's connection.
+    FollowsMaster(&'a Address),
+}
+
+/// Wait until every replica in `wanted` has processed the old master's offset (`proof` says by
+/// whose view). Returns the master's INFO at that point.
 async fn wait_caught_up<D: Dial>(
     replicas: &mut Replicas<'_, D>,
     paused: &Paused<'_>,
     poll: Duration,
+    proof: Proof<'_>,
     wanted: impl Fn(&ReplicationInfo) -> Vec<Address>,
 ) -> Result<ReplicationInfo> {
     loop {
         let now = paused.old.info_replication().await?;
         let wanted = wanted(&now);
         let mut behind = Vec::new();
+        let mut checked = Vec::new();
         for replica in online(&now) {
             let at = address_of(replica);
-            if !wanted.contains(&at) || replica.offset >= now.master_repl_offset {
+            if !wanted.contains(&at) || checked.contains(&at) {
                 continue;
             }
-            let own = replicas.offset(&at).await;
+            checked.push(at.clone());
+            let own = match proof {
+                Proof::EitherView if replica.offset >= now.master_repl_offset => continue,
+                Proof::EitherView => replicas.offset(&at).await,
+                Proof::FollowsMaster(master) => replicas.applied_from(&at, master).await,
+            };
             if own.is_none_or(|offset| offset < now.master_repl_offset) {
-                behind.push(format!("{at} at {}", own.unwrap_or(replica.offset)));
+                let own =
+                    own.map_or_else(|| "not following this master".to_owned(), |o| o.to_string());
+                behind.push(format!("{at} at {own}"));
             }
         }
         let missing: Vec<&Address> = wanted
@@ -475,9 +506,13 @@ async fn with_sentinel<D: Dial>(
     }
     // Sentinel picks the replica from its own view, so every online replica must be caught up.
     let mut replicas = Replicas::new(dial);
-    let caught_up = wait_caught_up(&mut replicas, paused, settings.poll, |i| {
-        online(i).map(address_of).collect()
-    })
+    let caught_up = wait_caught_up(
+        &mut replicas,
+        paused,
+        settings.poll,
+        Proof::EitherView,
+        |i| online(i).map(address_of).collect(),
+    )
     .await;
     replicas.close().await;
     caught_up?;
@@ -591,6 +626,7 @@ async fn ask_who_is_master<D: Dial>(
 async fn direct<D: Dial>(
     dial: &D,
     paused: &Paused<'_>,
+    old_address: &Address,
     target: Option<&Address>,
     settings: &Settings,
 ) -> Result<Switched> {
@@ -608,7 +644,9 @@ async fn direct<D: Dial>(
     let mut replicas = Replicas::new(dial);
     let result = async {
         let only_target = |_: &ReplicationInfo| vec![target.clone()];
-        let caught_up = wait_caught_up(&mut replicas, paused, settings.poll, only_target).await?;
+        let proof = Proof::FollowsMaster(old_address);
+        let caught_up =
+            wait_caught_up(&mut replicas, paused, settings.poll, proof, only_target).await?;
         let catch_up = paused.started.elapsed();
         let client = replicas
             .client(&target)

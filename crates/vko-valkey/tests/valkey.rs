@@ -403,3 +403,93 @@ async fn until_a_replica(
     })
     .await
 }
+
+/// A direct switchover dials its target by the name the master lists it under. A pod replaced
+/// under the same name answers that name while the master still lists the old process's
+/// connection, caught up (measured on the testbed: every pod deleted at once without Sentinel,
+/// a replacement still copying was promoted empty and the master resynced from it). Stand-in:
+/// the replica announces the port of an empty server, then stops answering (SIGSTOP: its
+/// connection stays listed `online`); the switchover must refuse, not promote the empty server.
+#[tokio::test]
+async fn a_direct_switchover_never_promotes_another_process_answering_a_listed_replica_name() {
+    use common::LocalDial;
+    use vko_valkey::switchover::{self, Address, Promoter};
+
+    let impostor = Server::start(&[]);
+    let master = Server::start(&[]);
+    let m = master.client().await;
+    let announced = impostor.port.to_string();
+    let replica = Server::start(&[
+        "--replicaof",
+        "localhost",
+        &master.port.to_string(),
+        "--replica-announce-ip",
+        "localhost",
+        "--replica-announce-port",
+        &announced,
+    ]);
+    for i in 0..100 {
+        m.set(&format!("k{i}"), b"v").await.unwrap();
+    }
+    // The master lists the replica under the impostor's port, online and caught up.
+    let info = until_a_replica(&m, "the replica caught up", 20, |r| {
+        r.port == impostor.port && r.state == vko_valkey::parse::ReplicaSyncState::Online
+    })
+    .await;
+    eventually(
+        "the listed offset caught up",
+        Duration::from_secs(5),
+        || async {
+            let now = m.info_replication().await.ok()?;
+            now.replicas
+                .iter()
+                .any(|r| r.offset >= now.master_repl_offset)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(info.replicas.len(), 1);
+    replica.proc.signal("STOP");
+
+    let settings = switchover::Settings {
+        pause: Duration::from_secs(2),
+        ..switchover::Settings::default()
+    };
+    let promoter = Promoter::Direct {
+        target: Some(Address::new("localhost", impostor.port)),
+    };
+    let outcome = switchover::switchover(
+        &LocalDial,
+        &m,
+        &Address::new("localhost", master.port),
+        &promoter,
+        &settings,
+    )
+    .await;
+    replica.proc.signal("CONT");
+    let error = match outcome {
+        Err(error) => error,
+        Ok(outcome) => {
+            panic!("switched over to a server that never copied the master: {outcome:?}")
+        }
+    };
+    assert!(
+        matches!(
+            &error,
+            Error::Switchover {
+                step: "catch-up",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // Nothing moved: the master keeps its role and its data, and takes writes again.
+    assert_eq!(
+        m.info_replication().await.unwrap().role,
+        ReplicationRole::Master
+    );
+    assert_eq!(m.dbsize().await.unwrap(), 100);
+    m.set("after", b"v").await.unwrap();
+    let i = impostor.client().await;
+    assert_eq!(i.dbsize().await.unwrap(), 0);
+}

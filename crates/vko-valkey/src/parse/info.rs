@@ -158,6 +158,24 @@ impl ReplicationInfo {
         Self::from_info(&Info::parse(text))
     }
 
+    /// The offset this server applied from the master at `host`:`port`, when it is that
+    /// master's replica with its link up; `None` otherwise. A master's own `slaveN:` line names
+    /// a replica by its announced host, which a process that replaced it (a new pod under the
+    /// same name) also answers to while the old connection is not yet closed: only the replica's
+    /// own word says whom it follows (host names compared as DNS does, case-insensitively).
+    pub fn applied_from(&self, host: &str, port: u16) -> Option<i64> {
+        let link = self.upstream.as_ref()?;
+        let same_host = link
+            .master_host
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(host.trim_end_matches('.'));
+        (self.role == ReplicationRole::Replica
+            && same_host
+            && link.master_port == port
+            && link.link_status == LinkStatus::Up)
+            .then_some(link.repl_offset)
+    }
+
     pub fn from_info(info: &Info) -> Result<ReplicationInfo> {
         let mut fields = info.fields("replication")?;
         let role = match fields.required::<String>("role")?.as_str() {
@@ -457,6 +475,29 @@ mod tests {
         assert_eq!(up.read_only, Some(true));
         assert_eq!(up.announced, Some(true));
         assert_eq!(info.master_repl_offset, 425);
+    }
+
+    #[test]
+    fn only_a_linked_replica_of_the_named_master_says_what_it_applied_from_it() {
+        let up = ReplicationInfo::parse(&text("info_replication_replica")).unwrap();
+        assert_eq!(up.applied_from("localhost", 21400), Some(425));
+        assert_eq!(up.applied_from("LOCALHOST.", 21400), Some(425));
+        assert_eq!(up.applied_from("localhost", 21401), None);
+        assert_eq!(up.applied_from("otherhost", 21400), None);
+        for name in [
+            "info_replication_replica_link_down",
+            "info_replication_replica_syncing",
+            "info_replication_replica_loading",
+            "info_replication_master",
+        ] {
+            let info = ReplicationInfo::parse(&text(name)).unwrap();
+            let host = info
+                .upstream
+                .as_ref()
+                .map(|u| (u.master_host.clone(), u.master_port));
+            let (host, port) = host.unwrap_or(("localhost".into(), 21400));
+            assert_eq!(info.applied_from(&host, port), None, "{name}");
+        }
     }
 
     #[test]
