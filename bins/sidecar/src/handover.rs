@@ -41,6 +41,21 @@ impl Dial for LeaseMovingDial<'_> {
         let Some(successor) = self.node.topology.pod_of(target) else {
             return Err(format!("{target} is not one of this cluster's pods"));
         };
+        // Every pod deleted at once: the DELETEs land one by one, and a replica seen staying when
+        // the handover began may be leaving now. Promoted, it would leave as master with the
+        // only copy (measured: every write of the seconds before the fault lost). The drain
+        // then waits for a replica that stays and hands over again (ADR 0048).
+        if matches!(
+            pod_state(self.node, &successor).await,
+            PeerPod::Leaving | PeerPod::Gone
+        ) {
+            tracing::warn!(
+                step = "lease",
+                successor,
+                "the successor's pod is leaving: not promoting it"
+            );
+            return Err(format!("{successor}'s pod is leaving"));
+        }
         let moved = tokio::time::timeout(LEASE_MOVE_TIMEOUT, async {
             // Read fresh: the fencer's copy may be one renew old.
             for _ in 0..3 {

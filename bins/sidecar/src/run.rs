@@ -19,7 +19,9 @@ use vko_valkey::parse::{LinkStatus, ReplicationRole};
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
 use crate::fence::{FenceSettings, FenceState, fence_loop, lease_fence_loop};
-use crate::handover::{HandoverOutcome, HandoverSettings, await_successor, handover};
+use crate::handover::{
+    HandoverOutcome, HandoverSettings, SuccessorWait, await_successor, handover,
+};
 use crate::node::Node;
 use crate::pod_api::PodPresence;
 use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
@@ -670,7 +672,18 @@ impl Shared {
                     tracing::warn!(message = report.message, "drain finished");
                     return report;
                 }
-                let report = match handover(&self.node, &self.settings).await {
+                let mut outcome = handover(&self.node, &self.settings).await;
+                if let Err(e) = &outcome {
+                    // The successor may have started leaving under the handover (every pod
+                    // deleted at once): wait for a replica that stays, then hand over again.
+                    if let SuccessorWait::Found { .. } =
+                        await_successor(&self.node, &self.settings).await
+                    {
+                        tracing::warn!(error = %e, "handover failed; a replica that stays is online: handing over again");
+                        outcome = handover(&self.node, &self.settings).await;
+                    }
+                }
+                let report = match outcome {
                     Ok(HandoverOutcome::HandedOver {
                         new_master,
                         write_pause,
