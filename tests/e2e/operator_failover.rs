@@ -80,6 +80,28 @@ async fn create_ha(client: &kube::Client, ns: &str, extra: &str) -> anyhow::Resu
     Ok(master)
 }
 
+/// Samples `DBSIZE` of each `(pod, ip)` every 50 ms until the flag is set; the task returns the
+/// lowest count each answered (a replica that resynced from an empty master drops to 0).
+fn watch_lowest_key_counts(
+    pods: Vec<(String, String)>,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<Vec<Option<i64>>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let watch = tokio::spawn(async move {
+        let mut lowest: Vec<Option<i64>> = vec![None; pods.len()];
+        while !stopped.load(Ordering::SeqCst) {
+            for (i, (_, ip)) in pods.iter().enumerate() {
+                if let Ok(Reply::Int(n)) = call(ip, VALKEY_PORT, &["DBSIZE"]).await {
+                    lowest[i] = Some(lowest[i].map_or(n, |l| l.min(n)));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        lowest
+    });
+    (stop, watch)
+}
+
 /// The pod Sentinel names master.
 async fn sentinel_master(client: &kube::Client, ns: &str) -> anyhow::Result<String> {
     let pods = Pods::list(client, ns).await?;
@@ -430,23 +452,7 @@ async fn a_master_restarted_in_place_never_serves_empty_to_its_replicas() {
         kill_valkey_server(&client, &ns, &master).await.unwrap();
 
         // Watch the two former replicas' key counts until the cluster is whole again.
-        let stop = Arc::new(AtomicBool::new(false));
-        let watch = {
-            let others = others.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut lowest: Vec<Option<i64>> = vec![None; others.len()];
-                while !stop.load(Ordering::SeqCst) {
-                    for (i, (_, ip)) in others.iter().enumerate() {
-                        if let Ok(Reply::Int(n)) = call(ip, VALKEY_PORT, &["DBSIZE"]).await {
-                            lowest[i] = Some(lowest[i].map_or(n, |l| l.min(n)));
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                lowest
-            })
-        };
+        let (stop, watch) = watch_lowest_key_counts(others.clone());
         let (new, took) = new_master(&client, &ns, &master, killed_at, Duration::from_secs(90))
             .await
             .unwrap();
@@ -571,23 +577,7 @@ async fn a_crashed_master_whose_sentinels_were_all_replaced_gets_its_data_back_f
     );
     let killed_at = cut_at;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let watch = {
-        let replicas = replicas.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut lowest: Vec<Option<i64>> = vec![None; replicas.len()];
-            while !stop.load(Ordering::SeqCst) {
-                for (i, (_, ip)) in replicas.iter().enumerate() {
-                    if let Ok(Reply::Int(n)) = call(ip, VALKEY_PORT, &["DBSIZE"]).await {
-                        lowest[i] = Some(lowest[i].map_or(n, |l| l.min(n)));
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            lowest
-        })
-    };
+    let (stop, watch) = watch_lowest_key_counts(replicas.clone());
     if let Err(e) = whole_again(&client, &ns, &master).await {
         dump_container_logs(&client, &ns, 80).await;
         panic!("{e:#}");

@@ -243,11 +243,14 @@ pub fn sentinel_cannot_promote(refused_for_no_replica: usize, discovered: usize)
     vko_authority::sentinel_majority(Electorate::new(0, discovered), votes).is_some()
 }
 
-/// ADR 0050: the held master has everything its relay source acknowledged once its link is up
-/// and it applied at least the offset the source reported before (the source is paused, so that
-/// offset only grows by Valkey's own pings).
-pub fn relay_copied(link_up: bool, applied_offset: i64, source_offset: i64) -> bool {
-    link_up && applied_offset >= source_offset
+/// ADR 0050: the held master has everything its relay source acknowledged once it follows the
+/// source with its link up (`applied`: [`ReplicationInfo::applied_from`]) at least at the offset
+/// the source reported before (the source is paused, so that offset only grows by Valkey's own
+/// pings).
+///
+/// [`ReplicationInfo::applied_from`]: vko_valkey::parse::ReplicationInfo::applied_from
+pub fn relay_copied(applied: Option<i64>, source_offset: i64) -> bool {
+    applied.is_some_and(|offset| offset >= source_offset)
 }
 
 /// A replica whose upstream is not the master the authority names (the Sentinel majority, or
@@ -708,10 +711,11 @@ mod tests {
 
     #[test]
     fn the_relay_is_copied_once_the_link_is_up_and_the_source_offset_applied() {
-        assert!(relay_copied(true, 6421, 6407));
-        assert!(relay_copied(true, 6407, 6407));
-        assert!(!relay_copied(true, 6406, 6407));
-        assert!(!relay_copied(false, 6407, 6407));
+        assert!(relay_copied(Some(6421), 6407));
+        assert!(relay_copied(Some(6407), 6407));
+        assert!(!relay_copied(Some(6406), 6407));
+        // Not following the source with its link up.
+        assert!(!relay_copied(None, 6407));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 use vko_authority::HOLD_HOST;
 use vko_authority::{InstanceRole, SentinelWord};
 use vko_valkey::ValkeyClient;
-use vko_valkey::parse::{LinkStatus, ReplicationRole};
+use vko_valkey::parse::ReplicationRole;
 
 use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
@@ -522,11 +522,8 @@ impl Keeper {
             .info_replication()
             .await
             .map_err(SidecarError::valkey("INFO replication on the local server"))?;
-        let Some(link) = mine.upstream else {
-            return Ok(None);
-        };
-        let link_up = link.link_status == LinkStatus::Up;
-        if !decide::relay_copied(link_up, link.repl_offset, theirs.master_repl_offset) {
+        let applied = mine.applied_from(&source.host, source.port);
+        if !decide::relay_copied(applied, theirs.master_repl_offset) {
             return Ok(None);
         }
         match node.sentinel_word().await {
@@ -551,7 +548,7 @@ impl Keeper {
         .await;
         match follows {
             Ok(()) => {
-                tracing::warn!(%source, offset = link.repl_offset, "relay done: serving the copied data as master; the source follows this pod")
+                tracing::warn!(%source, offset = ?applied, "relay done: serving the copied data as master; the source follows this pod")
             }
             // Still paused (its own fencer pauses a master the Sentinels do not name); the
             // operator demotes a master whose writes the named master holds (vko-roll).
