@@ -228,6 +228,67 @@ async fn sentinel_would_promote(node: &Node, name: &str, eligible: &[Endpoint]) 
     false
 }
 
+/// How long a stopping replica keeps every command of its server paused: past the pod's grace
+/// period (75 s), since the server stops as soon as the drain returns and must never run a
+/// promotion before that.
+pub const LEAVING_REPLICA_PAUSE: Duration = Duration::from_secs(90);
+
+/// What the local server was when [`close_to_promotion`] paused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Closed {
+    /// A replica, and from now on every command waits: it stops as a replica.
+    Replica,
+    /// Master (never paused; or promoted right before the pause, which is then lifted): it
+    /// drains as a master.
+    Master,
+}
+
+/// With Sentinel, a stopping replica's server must not run a promotion once its drain has
+/// returned: the master's handover may have asked for `SENTINEL FAILOVER` a moment before this
+/// pod's DELETE landed (every pod deleted at once), Sentinel may pick this replica, and it would
+/// leave as master with the only copy (measured: every write of the seconds before the fault
+/// lost, ADR 0051). So every command is paused — Sentinel's `REPLICAOF NO ONE` waits until the
+/// server stops — and the role read at that same instant (one `MULTI`) says whether the
+/// promotion already ran: then the pause is lifted and the pod drains as a master.
+pub async fn close_to_promotion(node: &Node) -> Result<Closed> {
+    let local = node.local().await?;
+    // A master is not paused at all: `CLIENT UNPAUSE` would also lift its fencer's pause.
+    match local.info_replication().await {
+        Ok(info) if info.role == ReplicationRole::Master => {
+            local.close().await;
+            return Ok(Closed::Master);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            local.close().await;
+            return Err(SidecarError::valkey("INFO replication of the local server")(e));
+        }
+    }
+    let info = local
+        .pause_all_reading_replication(LEAVING_REPLICA_PAUSE)
+        .await;
+    let closed = match info {
+        Ok(info) if info.role == ReplicationRole::Master => {
+            let lifted = local.client_unpause().await;
+            local.close().await;
+            lifted.map_err(SidecarError::valkey("CLIENT UNPAUSE of the local master"))?;
+            Closed::Master
+        }
+        Ok(_) => {
+            // Not closed with QUIT: it would wait for the pause too.
+            drop(local);
+            Closed::Replica
+        }
+        Err(e) => {
+            local.close().await;
+            return Err(SidecarError::valkey(
+                "pause every command of the local server",
+            )(e));
+        }
+    };
+    Ok(closed)
+}
+
 /// What [`await_successor`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SuccessorWait {
@@ -369,10 +430,23 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Whether the handover may promote a replica whose pod is leaving when no other is online.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToLeaving {
+    /// No: it ends with [`HandoverOutcome::OnlyLeaving`], nothing paused, and the drain waits
+    /// for a replica that stays.
+    WaitForOneThatStays,
+    /// Yes: the wait for one that stays is over (timed out, or no replacement is coming).
+    Allowed,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandoverOutcome {
     /// This server is not the master: nothing to hand over.
     NotMaster,
+    /// Every online replica's pod is leaving ([`ToLeaving::WaitForOneThatStays`]): nothing
+    /// was paused or handed over.
+    OnlyLeaving,
     /// A master without an online replica: nobody to hand over to.
     NoReplica,
     HandedOver {
@@ -383,7 +457,11 @@ pub enum HandoverOutcome {
 }
 
 /// Hand the master role over if this server is the master.
-pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<HandoverOutcome> {
+pub async fn handover(
+    node: &Node,
+    settings: &HandoverSettings,
+    to_leaving: ToLeaving,
+) -> Result<HandoverOutcome> {
     let local = node.local().await?;
     // A replica whose pod is leaving is promoted only if no other is online.
     let picked = match local.info_replication().await {
@@ -393,6 +471,11 @@ pub async fn handover(node: &Node, settings: &HandoverSettings) -> Result<Handov
             decide::Successors::default()
         }
     };
+    if picked.only_leaving() && to_leaving == ToLeaving::WaitForOneThatStays {
+        tracing::info!(step = "check", leaving = ?picked.leaving, "every online replica is leaving: not handing over to one of them yet");
+        local.close().await;
+        return Ok(HandoverOutcome::OnlyLeaving);
+    }
     if !picked.leaving.is_empty() {
         tracing::info!(step = "check", leaving = ?picked.leaving, eligible = ?picked.eligible, "replicas whose pods are leaving are not promoted while another is online");
     }

@@ -20,8 +20,16 @@ use crate::decide::{self, Authority, HoldExit, LiveRole};
 use crate::error::{Result, SidecarError};
 use crate::fence::{FenceSettings, FenceState, fence_loop, lease_fence_loop};
 use crate::handover::{
-    HandoverOutcome, HandoverSettings, SuccessorWait, await_successor, handover,
+    Closed, HandoverOutcome, HandoverSettings, SuccessorWait, ToLeaving, await_successor,
+    close_to_promotion, handover,
 };
+
+/// How many times a stopping master tries to hand over (ADR 0048).
+const HANDOVER_ATTEMPTS: u32 = 3;
+
+/// No new handover attempt starts this long after the drain began: one more (its pause 20 s)
+/// still ends within the pod's 75 s grace period.
+const HANDOVER_RETRY_BEFORE: Duration = Duration::from_secs(45);
 use crate::node::Node;
 use crate::pod_api::PodPresence;
 use crate::topology::{Endpoint, PeerEvidence, probe_all, report_of};
@@ -654,11 +662,32 @@ impl Shared {
         self.drain
             .get_or_init(|| async {
                 let started = Instant::now();
+                if self.node.topology.sentinel_enabled() {
+                    match close_to_promotion(&self.node).await {
+                        Ok(Closed::Replica) => {
+                            let report = DrainReport {
+                                ok: true,
+                                message: "replica: every command paused, so no failover promotes \
+                                          it while it stops"
+                                    .into(),
+                            };
+                            tracing::info!(message = report.message, "drain finished");
+                            return report;
+                        }
+                        Ok(Closed::Master) => {}
+                        // Not answered: nothing runs a promotion on it either; as before.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not pause the local server's commands")
+                        }
+                    }
+                }
                 // The fencer still guards this master while it waits (it stops lifting pauses
                 // once the drain begins).
-                if !self.fence.is_fenced() {
-                    await_successor(&self.node, &self.settings).await;
-                }
+                let first_wait = if self.fence.is_fenced() {
+                    SuccessorWait::NotNeeded
+                } else {
+                    await_successor(&self.node, &self.settings).await
+                };
                 if self.fence.begin_drain().await {
                     let report = DrainReport {
                         ok: true,
@@ -669,17 +698,48 @@ impl Shared {
                     tracing::warn!(message = report.message, "drain finished");
                     return report;
                 }
-                let mut outcome = handover(&self.node, &self.settings).await;
-                if let Err(e) = &outcome {
-                    // The successor may have started leaving under the handover (every pod
-                    // deleted at once): wait for a replica that stays, then hand over again.
-                    if let SuccessorWait::Found { .. } =
-                        await_successor(&self.node, &self.settings).await
-                    {
-                        tracing::warn!(error = %e, "handover failed; a replica that stays is online: handing over again");
-                        outcome = handover(&self.node, &self.settings).await;
+                // A replica seen staying a moment ago may be leaving by now (every pod deleted
+                // at once: the DELETEs land one by one), and a handover can fail (a Sentinel's
+                // failover picked a replica that left): the master looks for a replica that
+                // stays and hands over again, within the grace period.
+                let mut to_leaving = matches!(
+                    first_wait,
+                    SuccessorWait::TimedOut { .. } | SuccessorWait::NoReplacement { .. }
+                );
+                let mut attempt = 1;
+                let outcome = loop {
+                    let leaving = if to_leaving {
+                        ToLeaving::Allowed
+                    } else {
+                        ToLeaving::WaitForOneThatStays
+                    };
+                    let outcome = handover(&self.node, &self.settings, leaving).await;
+                    let why = match &outcome {
+                        Ok(HandoverOutcome::OnlyLeaving) => "every online replica is leaving".into(),
+                        Err(e) => e.to_string(),
+                        Ok(_) => break outcome,
+                    };
+                    let left = HANDOVER_RETRY_BEFORE.saturating_sub(started.elapsed());
+                    if attempt >= HANDOVER_ATTEMPTS || left.is_zero() {
+                        if matches!(outcome, Ok(HandoverOutcome::OnlyLeaving)) {
+                            // Out of time: a leaving replica rather than nobody.
+                            break handover(&self.node, &self.settings, ToLeaving::Allowed).await;
+                        }
+                        break outcome;
                     }
-                }
+                    attempt += 1;
+                    let settings = HandoverSettings {
+                        successor_wait: self.settings.successor_wait.min(left),
+                        ..self.settings.clone()
+                    };
+                    let wait = await_successor(&self.node, &settings).await;
+                    tracing::warn!(why, attempt, ?wait, "no handover yet; handing over again");
+                    to_leaving = to_leaving
+                        || matches!(
+                            wait,
+                            SuccessorWait::TimedOut { .. } | SuccessorWait::NoReplacement { .. }
+                        );
+                };
                 let report = match outcome {
                     Ok(HandoverOutcome::HandedOver {
                         new_master,
@@ -694,6 +754,12 @@ impl Shared {
                     Ok(HandoverOutcome::NotMaster) => DrainReport {
                         ok: true,
                         message: "not master; nothing to hand over".into(),
+                    },
+                    Ok(HandoverOutcome::OnlyLeaving) => DrainReport {
+                        ok: false,
+                        message: "every online replica is leaving and none that stays came \
+                                  online; nothing handed over"
+                            .into(),
                     },
                     Ok(HandoverOutcome::NoReplica) => DrainReport {
                         ok: true,

@@ -17,7 +17,7 @@ use vko_authority::InstanceRole;
 use vko_sidecar::conf::{RoleLine, role_line_of};
 use vko_sidecar::decide::{HoldExit, LiveRole};
 use vko_sidecar::handover::{
-    HandoverOutcome, HandoverSettings, SuccessorWait, await_successor, handover,
+    HandoverOutcome, HandoverSettings, SuccessorWait, ToLeaving, await_successor, handover,
 };
 use vko_sidecar::init::{InitSettings, decide_role};
 use vko_sidecar::node::Node;
@@ -112,7 +112,9 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let writer_task = tokio::spawn(writer(stop.clone(), prefix.into(), find_master));
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let outcome = handover(node, &HandoverSettings::default()).await.unwrap();
+    let outcome = handover(node, &HandoverSettings::default(), ToLeaving::Allowed)
+        .await
+        .unwrap();
     tokio::time::sleep(settle).await;
     stop.store(true, Ordering::SeqCst);
     let log = writer_task.await.unwrap();
@@ -267,6 +269,14 @@ async fn a_master_whose_replicas_all_leave_waits_for_one_that_stays(with_sentine
         ..HandoverSettings::default()
     };
 
+    // Every online replica is leaving: the handover does not pick one of them (nothing paused)
+    // until the wait for one that stays is over.
+    assert_eq!(
+        handover(&node, &settings, ToLeaving::WaitForOneThatStays)
+            .await
+            .unwrap(),
+        HandoverOutcome::OnlyLeaving
+    );
     // No replica stays and none comes: the wait ends at its limit, having paused nothing.
     let short = HandoverSettings {
         successor_wait: Duration::from_millis(1500),
@@ -847,4 +857,149 @@ async fn sentinel_without_auth_is_reached_by_a_dialer_with_a_password() {
     let client = dialer.sentinel(&sentinel.endpoint()).await.unwrap();
     let view = client.master(MONITOR).await.unwrap();
     assert_eq!(view.port, master.port);
+}
+
+/// The switchover's dialer, pausing a replica's commands (its drain, as when its pod's DELETE
+/// lands) right before `SENTINEL FAILOVER` is asked for.
+struct DrainBeforeFailover<'a> {
+    dialer: &'a vko_valkey::Dialer,
+    replica: Arc<Shared>,
+    report: std::sync::Mutex<Option<String>>,
+}
+
+impl vko_valkey::switchover::Dial for DrainBeforeFailover<'_> {
+    async fn valkey(&self, at: &Endpoint) -> vko_valkey::Result<ValkeyClient> {
+        self.dialer.valkey(at).await
+    }
+
+    async fn sentinel(&self, at: &Endpoint) -> vko_valkey::Result<SentinelClient> {
+        self.dialer.sentinel(at).await
+    }
+
+    fn may_proceed(&self, step: &'static str) -> Result<(), String> {
+        if step == "sentinel-failover" {
+            let replica = self.replica.clone();
+            let report = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(replica.drain())
+            });
+            *self.report.lock().unwrap() = Some(report.message);
+        }
+        Ok(())
+    }
+}
+
+/// Every pod deleted at once with Sentinel (issue 15, ADR 0051): the master's handover asks for
+/// `SENTINEL FAILOVER`, and the replica Sentinel picks has just started stopping. Its drain
+/// pauses every command, so Sentinel's `REPLICAOF NO ONE` never runs and it stops as a replica
+/// (before, it was promoted and left as master with the data). The master's switchover fails
+/// and rolls back, keeping every write; once that replica is gone, the next handover skips the
+/// Sentinel whose failover can no longer finish and another Sentinel promotes the replica that
+/// stays. Nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_replica_sentinel_picks_is_never_promoted_and_the_master_hands_over_again() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let (master, mut r1, r2) = three_servers().await;
+    let sentinels = three_sentinels(&master).await;
+    // Sentinel prefers r1 (a lower replica-priority wins).
+    r1.client()
+        .await
+        .config_set("replica-priority", "50")
+        .await
+        .unwrap();
+    for s in &sentinels {
+        let c = s.client().await;
+        eventually(
+            "Sentinel reads r1's priority",
+            Duration::from_secs(30),
+            || async {
+                let replicas = c.replicas(MONITOR).await.ok()?;
+                replicas
+                    .iter()
+                    .any(|r| r.port == r1.port && r.priority == Some(50))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let pods = Arc::new(FakePods::default());
+    let sentinel_refs: Vec<&Sentinel> = sentinels.iter().collect();
+    let master_node = node_for(&master, &[&r1, &r2], &sentinel_refs, pods.clone());
+    let r1_node = Arc::new(node_for(&r1, &[&master, &r2], &sentinel_refs, pods.clone()));
+    let r1_shared = Shared::new(r1_node, HandoverSettings::default());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let eps: Vec<Endpoint> = sentinels.iter().map(Sentinel::endpoint).collect();
+    let writer_task = tokio::spawn(writer(stop.clone(), "sp".into(), move || {
+        sentinel_master(eps.clone())
+    }));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let local = master.client().await;
+    let promoter = vko_valkey::switchover::Promoter::Sentinel {
+        name: MONITOR.to_owned(),
+        sentinels: sentinels.iter().map(Sentinel::endpoint).collect(),
+        configured: 3,
+        never_promote: Vec::new(),
+    };
+    let settings = vko_valkey::switchover::Settings {
+        pause: Duration::from_secs(5),
+        ..vko_valkey::switchover::Settings::default()
+    };
+    let dial = DrainBeforeFailover {
+        dialer: &master_node.dialer,
+        replica: r1_shared,
+        report: std::sync::Mutex::new(None),
+    };
+    let first =
+        vko_valkey::switchover::switchover(&dial, &local, &master.endpoint(), &promoter, &settings)
+            .await;
+    local.close().await;
+    // The kubelet stops the paused replica's server.
+    r1.proc.kill();
+    assert!(
+        !r1.proc.log_text().contains("MODE enabled"),
+        "the stopping replica was promoted (switchover: {first:?}):\n{}",
+        r1.proc.log_text()
+    );
+    let drained = dial.report.lock().unwrap().take().unwrap();
+    assert!(
+        drained.starts_with("replica: every command paused"),
+        "{drained}"
+    );
+    assert!(first.is_err(), "{first:?}");
+    assert!(matches!(
+        master.client().await.role().await.unwrap(),
+        RoleReply::Master { .. }
+    ));
+
+    // The drain's next attempt: Sentinel's first failover is stuck on the replica that left.
+    let started = std::time::Instant::now();
+    let outcome = handover(
+        &master_node,
+        &HandoverSettings::default(),
+        ToLeaving::Allowed,
+    )
+    .await
+    .unwrap();
+    let again = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let log = writer_task.await.unwrap();
+    let HandoverOutcome::HandedOver { new_master, .. } = outcome else {
+        panic!("no handover: {outcome:?}")
+    };
+    assert_eq!(new_master, r2.endpoint());
+    assert!(
+        again < Duration::from_secs(10),
+        "handing over again took {again:?}"
+    );
+    let promoted = r2.client().await;
+    let lost = missing(&promoted, &log.acked).await;
+    report_measured("stopping-replica-never-promoted", &log, lost);
+    assert!(
+        log.acked.len() > 200,
+        "writer barely wrote: {}",
+        log.acked.len()
+    );
+    assert_eq!(lost, 0, "OK-acknowledged writes lost");
 }

@@ -716,6 +716,45 @@ impl ValkeyClient {
         self.conn.call_ok(call, "CLIENT PAUSE").await
     }
 
+    /// `MULTI`, `CLIENT PAUSE ms ALL`, `INFO replication`, `EXEC`: from the same instant on,
+    /// every command of every client — a Sentinel's `REPLICAOF NO ONE` among them — waits for
+    /// the pause to end, and the returned INFO says what the server was at that instant (a
+    /// promotion that ran just before shows as `role:master`). SIGTERM still stops the server.
+    pub async fn pause_all_reading_replication(
+        &self,
+        duration: Duration,
+    ) -> Result<ReplicationInfo> {
+        const WHAT: &str = "MULTI CLIENT PAUSE ALL INFO replication EXEC";
+        self.conn.call_ok(["MULTI"], "MULTI").await?;
+        let queued = async {
+            let duration = ms(duration);
+            for call in [
+                args(["CLIENT", "PAUSE", &duration, "ALL"]),
+                args(["INFO", "replication"]),
+            ] {
+                match self.conn.call(call).await? {
+                    Reply::Text(text) if text == "QUEUED" => {}
+                    other => return Err(Error::parse(WHAT, format!("not queued: {other:?}"))),
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = queued.await {
+            // Nothing ran: drop the queued commands (a lost connection drops them too).
+            let _ = self.conn.call(args(["DISCARD"])).await;
+            return Err(e);
+        }
+        let replies = self.conn.call(args(["EXEC"])).await?.expect_array(WHAT)?;
+        let mut replies = replies.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(paused), Some(info)) => {
+                paused.expect_ok(WHAT)?;
+                ReplicationInfo::from_info(&Info::parse(&info.expect_text(WHAT)?))
+            }
+            _ => Err(Error::parse(WHAT, "EXEC returned fewer than two replies")),
+        }
+    }
+
     pub async fn client_unpause(&self) -> Result<()> {
         self.conn
             .call_ok(["CLIENT", "UNPAUSE"], "CLIENT UNPAUSE")

@@ -24,7 +24,9 @@ use vko_authority::{Electorate, Vote};
 
 use crate::client::{SentinelClient, ValkeyClient};
 use crate::error::{Error, Result};
-use crate::parse::{ConnectedReplica, ReplicaSyncState, ReplicationInfo, ReplicationRole};
+use crate::parse::{
+    ConnectedReplica, InstanceFlag, ReplicaSyncState, ReplicationInfo, ReplicationRole,
+};
 
 /// A Valkey or Sentinel instance as it is announced (host name and port).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -539,7 +541,13 @@ async fn with_sentinel<D: Dial>(
             }
             match client.failover(name).await {
                 Ok(()) => asked = Some(sentinel.clone()),
-                Err(Error::FailoverInProgress(_)) => asked = Some(sentinel.clone()),
+                Err(Error::FailoverInProgress(_)) => match dead_failover(dial, &client, name).await
+                {
+                    // Its failover can never finish (it waits until failover-timeout, 60 s):
+                    // another Sentinel runs a new one.
+                    Some(why) => errors.push(format!("{sentinel}: {why}")),
+                    None => asked = Some(sentinel.clone()),
+                },
                 Err(e) => errors.push(format!("SENTINEL FAILOVER on {sentinel}: {e}")),
             }
         }
@@ -557,12 +565,20 @@ async fn with_sentinel<D: Dial>(
     };
     tracing::info!(step = "sentinel-failover", sentinel = %asked, "SENTINEL FAILOVER accepted");
 
+    let mut next_look = Instant::now() + ABORT_LOOK;
     let new_master = loop {
         if let Some(named) =
             ask_who_is_master(dial, sentinels, &mut clients, name, electorate).await
             && named != *old_address
         {
             break named;
+        }
+        if Instant::now() >= next_look {
+            next_look = Instant::now() + ABORT_LOOK;
+            if let Some(why) = failover_abandoned(dial, &asked, name, old_address).await {
+                close_sentinels(clients).await;
+                return Err(failed("sentinel-failover", why));
+            }
         }
         if paused.expired() {
             close_sentinels(clients).await;
@@ -582,6 +598,55 @@ async fn with_sentinel<D: Dial>(
     );
     demote(paused, &new_master).await?;
     Ok((new_master, catch_up, Vec::new()))
+}
+
+/// How often the switchover asks the Sentinel running its failover whether it gave up.
+const ABORT_LOOK: Duration = Duration::from_millis(250);
+
+/// Why the failover `asked` ran is over without a new master, if it is: that Sentinel no longer
+/// has a failover in progress and still names the old master (it aborted: no replica it could
+/// promote, the one it picked left). The writes then need not stay paused until the deadline.
+/// A Sentinel that does not answer says nothing.
+async fn failover_abandoned<D: Dial>(
+    dial: &D,
+    asked: &Address,
+    name: &str,
+    old_address: &Address,
+) -> Option<String> {
+    let client = dial.sentinel(asked).await.ok()?;
+    let master = client.master(name).await;
+    let named = client.get_master_addr_by_name(name).await;
+    client.close().await;
+    let (master, named) = (master.ok()?, named.ok()??);
+    let still_old = named.0 == old_address.host && named.1 == old_address.port;
+    (still_old && !master.flags.contains(&InstanceFlag::FailoverInProgress))
+        .then(|| format!("{asked} ended its failover without promoting a replica"))
+}
+
+/// Why the failover a Sentinel has in progress can never finish, if it cannot: the replica it
+/// promotes does not answer as a master (its pod is gone, or replaced by a new replica under
+/// the same name). A replica that answers nothing in time says nothing (it may be promoting).
+async fn dead_failover<D: Dial>(dial: &D, sentinel: &SentinelClient, name: &str) -> Option<String> {
+    let replicas = sentinel.replicas(name).await.ok()?;
+    let promoted = replicas
+        .iter()
+        .find(|r| r.flags.contains(&InstanceFlag::Promoted))?;
+    let at = Address::new(promoted.host.clone(), promoted.port);
+    let role = match dial.valkey(&at).await {
+        Ok(client) => {
+            let info = client.info_replication().await;
+            client.close().await;
+            match info {
+                Ok(info) => info.role,
+                Err(Error::Timeout { .. }) => return None,
+                Err(e) => return Some(format!("its failover promotes {at}, which fails: {e}")),
+            }
+        }
+        Err(Error::Timeout { .. }) => return None,
+        Err(e) => return Some(format!("its failover promotes {at}, which is gone: {e}")),
+    };
+    (role != ReplicationRole::Master)
+        .then(|| format!("its failover promotes {at}, which answers as a replica"))
 }
 
 async fn close_sentinels(clients: Vec<Option<SentinelClient>>) {

@@ -380,6 +380,37 @@ async fn loading_server_is_reported_as_loading() {
 
 /// Two servers, the second told to replicate the first, with a client of each (the link may not
 /// be up yet).
+/// A stopping replica's drain (ADR 0051): from the paused instant on, a Sentinel's `REPLICAOF
+/// NO ONE` waits, and the INFO read in the same transaction says what the server was then.
+#[tokio::test]
+async fn pause_all_reading_replication_holds_every_later_command_and_tells_the_role() {
+    let (_master, replica, _m, r) = master_and_replica().await;
+    let promoter = replica.client().await;
+    let paused_at = Instant::now();
+    let info = r
+        .pause_all_reading_replication(Duration::from_millis(1000))
+        .await
+        .unwrap();
+    assert_eq!(info.role, ReplicationRole::Replica);
+    let promote = tokio::spawn(async move {
+        let result = promoter.replicaof_no_one().await;
+        (result, Instant::now())
+    });
+    let (result, ran_at) = promote.await.unwrap();
+    result.unwrap();
+    assert!(
+        ran_at - paused_at >= Duration::from_millis(800),
+        "REPLICAOF NO ONE ran {:?} into the pause",
+        ran_at - paused_at
+    );
+    // Promoted before the pause: the same call says master.
+    let info = r
+        .pause_all_reading_replication(Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(info.role, ReplicationRole::Master);
+}
+
 async fn master_and_replica() -> (Server, Server, ValkeyClient, ValkeyClient) {
     let master = Server::start(&[]);
     let replica = Server::start(&[]);
