@@ -395,10 +395,11 @@ impl Successors {
         }
     }
 
-    /// Every online replica is leaving and none stays: a stopping master waits for a
-    /// successor (ADR 0048) rather than hand over to a replica that goes with it.
-    pub fn only_leaving(&self) -> bool {
-        self.eligible.is_empty() && !self.leaving.is_empty()
+    /// No online replica stays — every one is leaving, or none is online: a stopping master
+    /// that has peers waits for a successor (ADR 0048, 0051) rather than hand over to a replica
+    /// that goes with it, or leave with the only copy while replacements are still copying.
+    pub fn none_stays(&self) -> bool {
+        self.eligible.is_empty()
     }
 
     /// The direct promotion's target when some replica is leaving: the first eligible one (a
@@ -977,7 +978,7 @@ mod tests {
             candidate("vk-2.h", 700, Leaving),
         ]);
         assert!(all_leaving.eligible.is_empty());
-        assert!(all_leaving.only_leaving());
+        assert!(all_leaving.none_stays());
         assert_eq!(all_leaving.never_promote(), Vec::<Endpoint>::new());
         assert_eq!(all_leaving.direct_target(), None);
         // Nobody leaving: the switchover picks as it always did.
@@ -987,17 +988,17 @@ mod tests {
         ]);
         assert_eq!(steady.never_promote(), Vec::<Endpoint>::new());
         assert_eq!(steady.direct_target(), None);
-        assert!(!steady.only_leaving());
+        assert!(!steady.none_stays());
         assert_eq!(successors(&[]), Successors::default());
         assert!(
-            !Successors::default().only_leaving(),
-            "no online replica: nothing to wait for"
+            Successors::default().none_stays(),
+            "no online replica: the replacements may still be copying"
         );
         let one_stays = successors(&[
             candidate("vk-1.h", 900, Leaving),
             candidate("vk-2.h", 700, PeerPod::Staying { ready: false }),
         ]);
-        assert!(!one_stays.only_leaving());
+        assert!(!one_stays.none_stays());
     }
 
     #[test]

@@ -170,18 +170,19 @@ async fn candidates(node: &Node, info: &ReplicationInfo) -> Vec<Candidate> {
     found
 }
 
-/// Whether every online replica of the local master is leaving, none staying (an unanswered
-/// `INFO`: no, the handover decides as before).
-async fn only_leaving_replicas(node: &Node) -> bool {
+/// Whether no online replica of the local master stays: every one is leaving, or none is
+/// online (the replicas gone, their replacements not copied yet). An unanswered `INFO`: no,
+/// the handover decides as before.
+async fn no_online_replica_stays(node: &Node) -> bool {
     let Ok(local) = node.local().await else {
         return false;
     };
     let picked = match local.info_replication().await {
-        Ok(info) => decide::successors(&candidates(node, &info).await),
-        Err(_) => decide::Successors::default(),
+        Ok(info) => Some(decide::successors(&candidates(node, &info).await)),
+        Err(_) => None,
     };
     local.close().await;
-    picked.only_leaving()
+    picked.is_some_and(|picked| picked.none_stays())
 }
 
 /// The first of `ready` whose server says it follows this master with its link up. The master
@@ -353,8 +354,11 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
     // The peers' pods as read a moment ago, then this master's online replicas now: when every
     // pod is deleted at once the DELETEs land one by one, and a peer seen staying at SIGTERM may
     // be leaving by the time the handover would pick it (measured: 10 s of paused writes while
-    // Sentinel promoted a replica that was itself going).
-    if !decide::awaits_successor(&states) && !only_leaving_replicas(node).await {
+    // Sentinel promoted a replica that was itself going); or the replicas are gone already and
+    // their replacements, staying, have not copied this master yet (ADR 0051).
+    if !decide::awaits_successor(&states)
+        && (peers.is_empty() || !no_online_replica_stays(node).await)
+    {
         return SuccessorWait::NotNeeded;
     }
     tracing::info!(
@@ -433,8 +437,8 @@ fn ms(d: Duration) -> u64 {
 /// Whether the handover may promote a replica whose pod is leaving when no other is online.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToLeaving {
-    /// No: it ends with [`HandoverOutcome::OnlyLeaving`], nothing paused, and the drain waits
-    /// for a replica that stays.
+    /// No: it ends with [`HandoverOutcome::NoReplicaThatStays`], nothing paused, and the drain
+    /// waits for a replica that stays.
     WaitForOneThatStays,
     /// Yes: the wait for one that stays is over (timed out, or no replacement is coming).
     Allowed,
@@ -444,9 +448,9 @@ pub enum ToLeaving {
 pub enum HandoverOutcome {
     /// This server is not the master: nothing to hand over.
     NotMaster,
-    /// Every online replica's pod is leaving ([`ToLeaving::WaitForOneThatStays`]): nothing
-    /// was paused or handed over.
-    OnlyLeaving,
+    /// Peers exist but no online replica's pod stays — every one is leaving, or none is online
+    /// yet ([`ToLeaving::WaitForOneThatStays`]): nothing was paused or handed over.
+    NoReplicaThatStays,
     /// A master without an online replica: nobody to hand over to.
     NoReplica,
     HandedOver {
@@ -471,10 +475,13 @@ pub async fn handover(
             decide::Successors::default()
         }
     };
-    if picked.only_leaving() && to_leaving == ToLeaving::WaitForOneThatStays {
-        tracing::info!(step = "check", leaving = ?picked.leaving, "every online replica is leaving: not handing over to one of them yet");
+    if picked.none_stays()
+        && to_leaving == ToLeaving::WaitForOneThatStays
+        && !node.topology.peers().await.is_empty()
+    {
+        tracing::info!(step = "check", leaving = ?picked.leaving, "no online replica stays: not handing over yet");
         local.close().await;
-        return Ok(HandoverOutcome::OnlyLeaving);
+        return Ok(HandoverOutcome::NoReplicaThatStays);
     }
     if !picked.leaving.is_empty() {
         tracing::info!(step = "check", leaving = ?picked.leaving, eligible = ?picked.eligible, "replicas whose pods are leaving are not promoted while another is online");

@@ -715,13 +715,13 @@ impl Shared {
                     };
                     let outcome = handover(&self.node, &self.settings, leaving).await;
                     let why = match &outcome {
-                        Ok(HandoverOutcome::OnlyLeaving) => "every online replica is leaving".into(),
+                        Ok(HandoverOutcome::NoReplicaThatStays) => "no online replica stays".into(),
                         Err(e) => e.to_string(),
                         Ok(_) => break outcome,
                     };
                     let left = HANDOVER_RETRY_BEFORE.saturating_sub(started.elapsed());
                     if attempt >= HANDOVER_ATTEMPTS || left.is_zero() {
-                        if matches!(outcome, Ok(HandoverOutcome::OnlyLeaving)) {
+                        if matches!(outcome, Ok(HandoverOutcome::NoReplicaThatStays)) {
                             // Out of time: a leaving replica rather than nobody.
                             break handover(&self.node, &self.settings, ToLeaving::Allowed).await;
                         }
@@ -755,10 +755,10 @@ impl Shared {
                         ok: true,
                         message: "not master; nothing to hand over".into(),
                     },
-                    Ok(HandoverOutcome::OnlyLeaving) => DrainReport {
+                    Ok(HandoverOutcome::NoReplicaThatStays) => DrainReport {
                         ok: false,
-                        message: "every online replica is leaving and none that stays came \
-                                  online; nothing handed over"
+                        message: "no online replica stays and none that stays came online; \
+                                  nothing handed over"
                             .into(),
                     },
                     Ok(HandoverOutcome::NoReplica) => DrainReport {

@@ -269,13 +269,13 @@ async fn a_master_whose_replicas_all_leave_waits_for_one_that_stays(with_sentine
         ..HandoverSettings::default()
     };
 
-    // Every online replica is leaving: the handover does not pick one of them (nothing paused)
-    // until the wait for one that stays is over.
+    // No online replica stays: the handover does not pick a leaving one (nothing paused) until
+    // the wait for one that stays is over.
     assert_eq!(
         handover(&node, &settings, ToLeaving::WaitForOneThatStays)
             .await
             .unwrap(),
-        HandoverOutcome::OnlyLeaving
+        HandoverOutcome::NoReplicaThatStays
     );
     // No replica stays and none comes: the wait ends at its limit, having paused nothing.
     let short = HandoverSettings {
@@ -1002,4 +1002,74 @@ async fn a_stopping_replica_sentinel_picks_is_never_promoted_and_the_master_hand
         log.acked.len()
     );
     assert_eq!(lost, 0, "OK-acknowledged writes lost");
+}
+
+/// Every pod deleted at once (ADR 0051): the master's replicas are gone already and their
+/// replacements, staying, have not copied it yet. A master that left then took the only copy
+/// with it (`NoReplica`); now it waits until a replacement has copied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_whose_replicas_are_gone_waits_for_a_replacement_to_copy_it() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let (master, mut r1, mut r2) = three_servers().await;
+    let pods = Arc::new(FakePods::default());
+    let node = node_for(&master, &[&r1, &r2], &[], pods);
+    r1.proc.kill();
+    r2.proc.kill();
+    let m = master.client().await;
+    eventually("no replica online", Duration::from_secs(10), || async {
+        let info = m.info_replication().await.ok()?;
+        info.replicas.is_empty().then_some(())
+    })
+    .await;
+    m.set("only-on-the-master", b"1").await.unwrap();
+    let short = HandoverSettings {
+        successor_wait: Duration::from_millis(1500),
+        ..HandoverSettings::default()
+    };
+    assert!(matches!(
+        await_successor(&node, &short).await,
+        SuccessorWait::TimedOut { .. }
+    ));
+    assert_eq!(
+        handover(&node, &short, ToLeaving::WaitForOneThatStays)
+            .await
+            .unwrap(),
+        HandoverOutcome::NoReplicaThatStays
+    );
+    // A replacement starts under r2's name and copies the master: the handover goes to it.
+    r2.crash_and_restart();
+    eventually(
+        "the replacement copied the master",
+        Duration::from_secs(20),
+        || async {
+            let info = m.info_replication().await.ok()?;
+            info.replicas
+                .iter()
+                .any(|r| {
+                    r.port == r2.port && r.state == vko_valkey::parse::ReplicaSyncState::Online
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        await_successor(&node, &HandoverSettings::default()).await,
+        SuccessorWait::NotNeeded
+    );
+    let outcome = handover(
+        &node,
+        &HandoverSettings::default(),
+        ToLeaving::WaitForOneThatStays,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(&outcome, HandoverOutcome::HandedOver { new_master, .. } if *new_master == r2.endpoint()),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        r2.client().await.get("only-on-the-master").await.unwrap(),
+        Some(b"1".to_vec())
+    );
+    r1.crash_and_restart();
 }

@@ -432,6 +432,11 @@ async fn wait_caught_up<D: Dial>(
     loop {
         let now = paused.old.info_replication().await?;
         let wanted = wanted(&now);
+        if wanted.is_empty() {
+            // Every replica left under the pause: waiting for the deadline would only hold
+            // the writes (measured: 18 s while a whole cluster was deleted).
+            return Err(failed("catch-up", "no replica is online any more"));
+        }
         let mut behind = Vec::new();
         let mut checked = Vec::new();
         for replica in online(&now) {
