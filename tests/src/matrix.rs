@@ -232,13 +232,11 @@ const API_DOWN_FENCES: KnownGap = KnownGap {
 };
 /// Every pod deleted at once with Sentinel.
 const EVERY_POD_WITH_SENTINEL: KnownGap = KnownGap {
-    why: "the DELETEs reach the pods one by one: a master whose pod is deleted a moment before its \
-          replicas' has handed over to a replica that is deleted next, and Sentinel's promotion \
-          of it stalls (11.0 and 10.3 s of paused writes, 2 of 16 runs on 2026-12-07, 0 lost); \
-          while the Sentinels restart too, a master waiting for its successor may be unable to \
-          prove its authority and pause writes until they name it again (ADR 0019); one run \
-          before the handover re-checked its replicas at the last moment was unwritable 32.7 s, \
-          its cause not traced",
+    why: "the Sentinels are deleted too: until a majority of the new ones names it, the master \
+          waiting for its successor, or the replacement they promote, cannot prove its authority \
+          and pauses writes (ADR 0019; unwritable 1.4–8.3 s in 8 runs on 2026-12-07 after ADR \
+          0051, the longest spent fenced); one run before ADR 0051 was unwritable 32.7 s, its \
+          cause not traced",
     enforced: Duration::from_secs(40),
 };
 /// A single copy replaced.
@@ -573,8 +571,9 @@ impl Row {
                  recreates each pod once the old one is gone (Parallel policy), so the master's \
                  preStop keeps taking writes — its fencer on guard — until a replacement has \
                  copied it, is Ready and is known to a Sentinel, then hands over to it, never to \
-                 a replica that is itself going (at most 35 s; ADR 0048). Writes stop only for \
-                 that switchover."
+                 a replica that is itself going (at most 35 s; ADR 0048); a stopping replica \
+                 pauses every command so no failover can promote it (ADR 0051). Writes stop only \
+                 for that switchover."
             }
             Row::EveryPodDeleted => {
                 "Without persistence only the running pods hold the data: the master's preStop \
