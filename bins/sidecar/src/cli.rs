@@ -205,6 +205,7 @@ impl ClusterArgs {
             discovery: Discovery::Dns(names),
             replica_config,
             sentinel_cache: Default::default(),
+            seen_replicas: Default::default(),
         })
     }
 }

@@ -574,6 +574,11 @@ impl Fencer {
         let fresh = self.askers.fresh(now, fence_after);
         let answers: Vec<Option<SentinelAnswer>> =
             fresh.iter().map(|(a, _)| Some(a.clone())).collect();
+        let known: Vec<u32> = fresh.iter().map(|(a, _)| a.known_sentinels).collect();
+        if decide::sentinel_discovery_behind(&known, discovered) {
+            // Asked again next round, not in ten seconds.
+            node.topology.forget_sentinels();
+        }
         let held: Vec<HeldAnswer<Endpoint>> = fresh
             .iter()
             .map(|(a, at)| decide::held_answer(a, *at))

@@ -344,7 +344,7 @@ pub async fn await_successor(node: &Node, settings: &HandoverSettings) -> Succes
     }
     let mut peers = Vec::new();
     let mut states = Vec::new();
-    for peer in node.topology.peers().await {
+    for peer in node.topology.peers_and_seen_replicas().await {
         let Some(pod) = node.topology.pod_of(&peer) else {
             return SuccessorWait::NotNeeded;
         };
@@ -477,7 +477,7 @@ pub async fn handover(
     };
     if picked.none_stays()
         && to_leaving == ToLeaving::WaitForOneThatStays
-        && !node.topology.peers().await.is_empty()
+        && !node.topology.peers_and_seen_replicas().await.is_empty()
     {
         tracing::info!(step = "check", leaving = ?picked.leaving, "no online replica stays: not handing over yet");
         local.close().await;

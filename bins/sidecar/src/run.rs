@@ -139,6 +139,7 @@ impl Keeper {
             .map_err(SidecarError::valkey("INFO server on the local server"))?
             .run_id;
         let report = report_of(local, node.me()).await?;
+        node.topology.remember_replicas(&report.replicas);
         let restarted = self.last_run_id.as_deref() != Some(run_id.as_str());
         if restarted {
             tracing::info!(run_id, role = ?report.role, "local valkey-server (re)started");

@@ -1,6 +1,7 @@
 //! Who is out there: the data pods and Sentinels of this cluster (found by DNS in a pod, or given
 //! explicitly in tests), how to dial them, and what they report.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -124,7 +125,14 @@ pub struct Topology {
     /// The last non-empty Sentinel list and when it was found: the loop asks Sentinel every
     /// second while master, and the set of Sentinel pods rarely changes.
     pub sentinel_cache: SentinelCache,
+    /// The replicas this server listed while master: a stopping master's successor wait knows
+    /// its peers even when their pods are already gone from DNS.
+    pub seen_replicas: SeenReplicas,
 }
+
+/// The replicas a master listed (their pods' names stay the StatefulSet's).
+#[derive(Debug, Clone, Default)]
+pub struct SeenReplicas(Arc<Mutex<BTreeSet<Endpoint>>>);
 
 /// A short-lived cache of the discovered Sentinels.
 #[derive(Debug, Clone, Default)]
@@ -139,6 +147,32 @@ const SENTINEL_CACHE_TTL: Duration = Duration::from_secs(10);
 impl Topology {
     pub fn sentinel_enabled(&self) -> bool {
         self.monitor.is_some()
+    }
+
+    /// Drops the cached Sentinel list: the next [`Topology::sentinels`] asks DNS again.
+    pub fn forget_sentinels(&self) {
+        if let Ok(mut cache) = self.sentinel_cache.0.lock() {
+            *cache = None;
+        }
+    }
+
+    /// Remembers the replicas the local master lists (only this cluster's pods).
+    pub fn remember_replicas(&self, replicas: &[Endpoint]) {
+        let ours = replicas.iter().filter(|r| self.pod_of(r).is_some());
+        if let Ok(mut seen) = self.seen_replicas.0.lock() {
+            seen.extend(ours.cloned());
+        }
+    }
+
+    /// The other data pods that exist now, and the replicas this server listed as master (their
+    /// pods may be gone from DNS a moment before their replacements appear under the same
+    /// names).
+    pub async fn peers_and_seen_replicas(&self) -> Vec<Endpoint> {
+        let mut all: BTreeSet<Endpoint> = self.peers().await.into_iter().collect();
+        if let Ok(seen) = self.seen_replicas.0.lock() {
+            all.extend(seen.iter().filter(|ep| **ep != self.me).cloned());
+        }
+        all.into_iter().collect()
     }
 
     /// The other data pods that exist now.
@@ -206,6 +240,8 @@ pub struct PeerReport {
     pub upstream: Option<Endpoint>,
     pub master_repl_offset: i64,
     pub keys: u64,
+    /// The replicas it lists (masters only), as they announce themselves.
+    pub replicas: Vec<Endpoint>,
 }
 
 impl PeerReport {
@@ -260,6 +296,11 @@ pub async fn report_of(client: &ValkeyClient, endpoint: &Endpoint) -> Result<Pee
             .map(|u| Endpoint::new(u.master_host.clone(), u.master_port)),
         master_repl_offset: info.master_repl_offset,
         keys,
+        replicas: info
+            .replicas
+            .iter()
+            .map(|r| Endpoint::new(r.host.clone(), r.port))
+            .collect(),
     })
 }
 
@@ -427,6 +468,7 @@ mod tests {
             discovery: Discovery::Dns(names),
             replica_config: PathBuf::from("/nonexistent"),
             sentinel_cache: SentinelCache::default(),
+            seen_replicas: Default::default(),
         };
         assert_eq!(
             topo.pod_of(&Endpoint::new(
@@ -451,6 +493,7 @@ mod tests {
             upstream: Some(Endpoint::new(HOLD_HOST, 1)),
             master_repl_offset: offset,
             keys,
+            replicas: Vec::new(),
         };
         assert!(!report(0, 0).holds_data());
         assert!(report(14, 0).holds_data());
@@ -476,8 +519,18 @@ mod tests {
             discovery: Discovery::Dns(names),
             replica_config: PathBuf::from("/nonexistent"),
             sentinel_cache: SentinelCache::default(),
+            seen_replicas: Default::default(),
         };
         assert!(topo.peers().await.is_empty());
         assert!(topo.sentinels().await.is_empty());
+        // Replicas the local master listed count as peers though DNS no longer has them; this
+        // server and servers outside the cluster do not.
+        let replica = Endpoint::new("vk-2.vk-headless.ns.svc.cluster.invalid", 6379);
+        topo.remember_replicas(&[
+            replica.clone(),
+            topo.me.clone(),
+            Endpoint::new("10.0.0.9", 6379),
+        ]);
+        assert_eq!(topo.peers_and_seen_replicas().await, vec![replica]);
     }
 }

@@ -65,6 +65,7 @@ async fn keeper_over_tls(eku: &str) -> Result<(LiveRole, InstanceRole), String> 
             },
             replica_config: dir.path().join("none"),
             sentinel_cache: Default::default(),
+            seen_replicas: Default::default(),
         },
         dialer: Dialer::new(None).with_tls(Some(TlsMaterial::Files(TlsFiles {
             ca: p("ca.crt").into(),

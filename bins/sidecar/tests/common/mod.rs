@@ -236,6 +236,7 @@ pub fn node_for(
             },
             replica_config: server.dir.path().join("no-replica-config"),
             sentinel_cache: Default::default(),
+            seen_replicas: Default::default(),
         },
         dialer: Dialer::new(None),
         pods,
