@@ -15,6 +15,10 @@
 //!    the documented labels — the `vko_valkey_*` series keep the Valkey's own `namespace`
 //!    (`honorLabels`) —, every rule evaluates without error and no alert is pending or firing
 //!    for the healthy clusters.
+//!    With NetworkPolicies enforced (the testbed's kube-router), the operator pod still acts on a
+//!    Valkey whose policies are on (1b): a 3-pod cluster without Sentinel reaches OK, rolls (the
+//!    master by the operator's switchover) and gets a new master from the operator when its
+//!    master's valkey-server is SIGSTOPped — each needs the operator pod to reach the data pods.
 //! 2. `helm upgrade` runs the pre-upgrade migrate hook. Beforehand the Valkey's stored form is made
 //!    to lack its defaulted spec fields by writing etcd directly — exactly what an object written
 //!    under an older CRD without those defaults looks like in storage (the API server fills defaults
@@ -39,7 +43,7 @@
 //! of an earlier test may still hold the Lease until it expires (a SIGKILLed one does not give it
 //! up); the wait is printed.
 
-use vko_e2e::{helm_support, operator_support};
+use vko_e2e::{ha_support, helm_support, operator_support};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -597,6 +601,113 @@ async fn operator_is_admitted_by_the_network_policy(
     Ok(())
 }
 
+/// Exclusive (`cargo xtask test` runs it alone): see the module documentation.
+/// With the policies enforced (the testbed's kube-router), the operator pod reaches the pods of a
+/// Valkey whose `networkPolicy` is on: a 3-pod cluster without Sentinel reaches OK, rolls (the
+/// master by the operator's switchover) and, its master's valkey-server stopped (SIGSTOP), gets a
+/// new master from the operator. Each needs the operator to talk to the data pods; a policy that
+/// did not admit this pod would hold the roll and leave the hung master in place.
+async fn operator_acts_through_enforced_policies(
+    client: &kube::Client,
+    testbed: &Testbed,
+    ns: &str,
+) -> anyhow::Result<()> {
+    use ha_support::{Pods, eventually};
+    use vko_testbed::control::Fault;
+    const NAME: &str = "guarded";
+    let started = Instant::now();
+    apply_yaml(
+        client,
+        ns,
+        &format!(
+            "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\n\
+             spec: {{replicas: 3, image: valkey/valkey:8.0, networkPolicy: {{enabled: true}}}}\n"
+        ),
+    )
+    .await?;
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    wait_for_valkey(
+        &valkeys,
+        NAME,
+        "3 ready and OK",
+        Duration::from_secs(180),
+        ok_with(3),
+    )
+    .await?;
+    println!(
+        "{NAME} (3 pods, policies enforced) OK after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let before = Pods::list(client, ns).await?;
+    let uids = |pods: &Pods| -> Vec<(String, Option<String>)> {
+        pods.names_with_prefix(&format!("{NAME}-"))
+            .into_iter()
+            .map(|pod| {
+                let uid = pods.by_name.get(&pod).and_then(|p| p.metadata.uid.clone());
+                (pod, uid)
+            })
+            .collect()
+    };
+    let uids_before = uids(&before);
+    let started = Instant::now();
+    let patch = serde_json::json!({ "spec": { "resources": { "requests": { "cpu": "11m" } } } });
+    valkeys
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    eventually(
+        Duration::from_secs(300),
+        "every data pod replaced and OK",
+        || async {
+            let now = uids(&Pods::list(client, ns).await?);
+            for ((pod, old), (_, new)) in uids_before.iter().zip(&now) {
+                anyhow::ensure!(new.is_some() && new != old, "{pod} not replaced yet");
+            }
+            let valkey = valkeys.get(NAME).await?;
+            anyhow::ensure!(ok_with(3)(&valkey), "not OK with 3 ready");
+            Ok(())
+        },
+    )
+    .await?;
+    println!(
+        "the operator pod rolled {NAME} through its policies in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let master = Pods::list(client, ns).await?.labelled_master()?;
+    let valkey_of = |pod: &str| (ns.to_owned(), pod.to_owned(), "valkey".to_owned());
+    let (namespace, pod, container) = valkey_of(&master);
+    let stopped = Instant::now();
+    testbed
+        .fault(Fault::Pause {
+            namespace,
+            pod,
+            container,
+        })
+        .await?;
+    let promoted = eventually(Duration::from_secs(90), "a new master", || async {
+        let new = Pods::list(client, ns).await?.labelled_master()?;
+        anyhow::ensure!(new != master, "{master} is still labelled master");
+        Ok(new)
+    })
+    .await;
+    let (namespace, pod, container) = valkey_of(&master);
+    testbed
+        .fault(Fault::Resume {
+            namespace,
+            pod,
+            container,
+        })
+        .await?;
+    let promoted = promoted?;
+    println!(
+        "{master} stopped: the operator pod made {promoted} master {:.1} s later",
+        stopped.elapsed().as_secs_f64()
+    );
+    valkeys
+        .delete(NAME, &kube::api::DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     let testbed = Testbed::from_env().await.unwrap();
@@ -692,6 +803,9 @@ async fn exclusive_install_reconcile_upgrade_with_migrate_rollback_uninstall() {
     operator_is_admitted_by_the_network_policy(&client, &ns, &rel, &operator_pod)
         .await
         .unwrap();
+    if let Err(error) = operator_acts_through_enforced_policies(&client, &testbed, &ns).await {
+        panic!("{error:#}\noperator log:\n{}", operator_logs(&rel).await);
+    }
 
     // ---- 1c. Prometheus scrapes the operator, the exporters and the observer ----
     if let Err(error) = prometheus_scrapes_every_target(&client, &rel, &ns, &operator_pod).await {

@@ -30,6 +30,7 @@ mod operator_ha;
 mod operator_leader;
 mod operator_metrics;
 mod operator_migration;
+mod operator_network_policy;
 mod operator_objects;
 mod operator_observer;
 mod operator_optional_objects;

@@ -296,6 +296,21 @@ impl Pods {
         self.ip(pod)
     }
 
+    /// The pod carrying the master label (the first by name, should several).
+    pub fn labelled_master(&self) -> anyhow::Result<String> {
+        self.by_name
+            .iter()
+            .find(|(_, pod)| {
+                pod.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(ROLE_LABEL))
+                    .is_some_and(|role| role == "master")
+            })
+            .map(|(name, _)| name.clone())
+            .ok_or_else(|| anyhow::anyhow!("no pod is labelled master"))
+    }
+
     pub fn names_with_prefix(&self, prefix: &str) -> Vec<String> {
         self.by_name
             .keys()

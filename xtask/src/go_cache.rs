@@ -236,6 +236,7 @@ mod tests {
             crate::helm::GO_MODULE,
             crate::exporter::GO_MODULE,
             crate::cert_manager::GO_MODULE,
+            crate::kube_router::GO_MODULE,
         ] {
             let go_mod = std::fs::read_to_string(tool.module_dir().join("go.mod")).unwrap();
             assert!(

@@ -14,6 +14,7 @@ mod gen_crd;
 mod go_cache;
 mod helm;
 mod image;
+mod kube_router;
 mod matrix;
 mod prometheus_operator;
 mod test;
@@ -42,6 +43,9 @@ enum Command {
     /// Build cert-manager (controller, webhook, cainjector) and assemble its Helm chart from its Go
     /// module into ~/.cache/vko; the testbed installs it.
     CertManager(cert_manager::Args),
+    /// Build kube-router (the testbed's NetworkPolicy engine, firewall only) from its Go module into
+    /// ~/.cache/vko; the testbed runs it.
+    KubeRouter(kube_router::Args),
     /// Fetch the Prometheus-Operator's ServiceMonitor and PrometheusRule CRDs from its Go module into
     /// ~/.cache/vko; the tests install them.
     PrometheusOperator(prometheus_operator::Args),
@@ -71,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::Helm(args) => helm::run(args),
         Command::Exporter(args) => exporter::run(args),
         Command::CertManager(args) => cert_manager::run(args),
+        Command::KubeRouter(args) => kube_router::run(args),
         Command::PrometheusOperator(args) => prometheus_operator::run(args),
         Command::Alerts(args) => alerts::run(args),
         Command::Valkey(args) => valkey::run(args),

@@ -54,7 +54,7 @@ const E2E_TEST_BINARY: &str = "e2e";
 pub const PROMTOOL: (&str, &str) = ("promtool", "prometheus");
 /// Commands the testbed and its tests need on the host (also `cargo xtask demo`), with the Debian
 /// package that provides each.
-const TESTBED_COMMANDS: [(&str, &str); 10] = [
+const TESTBED_COMMANDS: [(&str, &str); 11] = [
     ("valkey-server", "valkey-server"),
     ("valkey-sentinel", "valkey-sentinel"),
     ("valkey-cli", "valkey-tools"),
@@ -66,6 +66,8 @@ const TESTBED_COMMANDS: [(&str, &str); 10] = [
     ("iptables", "iptables"),
     ("iptables-save", "iptables"),
     ("iptables-restore", "iptables"),
+    // kube-router's network policy controller (vko_testbed::kube_router::REQUIRED_COMMANDS).
+    ("ipset", "ipset"),
 ];
 /// The Prometheus server of the `prometheus` package.
 const PROMETHEUS_SERVER: &str = "/usr/bin/prometheus";
@@ -155,6 +157,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && steps.run("build helm", || crate::helm::build().map(|_| ()))
         && steps.run("build redis_exporter", || {
             crate::exporter::build().map(|_| ())
+        })
+        && steps.run("build kube-router", || {
+            crate::kube_router::build().map(|_| ())
         })
         && steps.run("build cert-manager", || {
             crate::cert_manager::build().map(|_| ())

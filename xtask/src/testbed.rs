@@ -151,6 +151,7 @@ pub fn up() -> anyhow::Result<Duration> {
     refuse_if_running(&paths)?;
     // Unlike valkey (a pod fails without it), a missing iptables fails the whole start: say so now.
     vko_testbed::kube_proxy::check_prerequisites()?;
+    vko_testbed::kube_router::check_prerequisites()?;
     build()?;
     let elapsed = start_built(&paths)?;
     println!("testbed ready in {}", format_duration(elapsed));
@@ -193,6 +194,8 @@ pub fn start_built_with_images(paths: &Paths, bin_dir: &Path) -> anyhow::Result<
     // cert-manager's chart is installed with helm by the supervisor (both cached; built once).
     crate::helm::build()?;
     crate::cert_manager::build()?;
+    // The NetworkPolicy engine the supervisor runs.
+    let kube_router = crate::kube_router::build()?;
     let started = Instant::now();
     let image = crate::image::build(Some(bin_dir))?;
     let unpacked = paths.state_dir().join(UNPACKED_IMAGE_DIR);
@@ -204,7 +207,7 @@ pub fn start_built_with_images(paths: &Paths, bin_dir: &Path) -> anyhow::Result<
         unpacked.display(),
         format_duration(started.elapsed())
     );
-    start_supervisor(paths, &unpacked)
+    start_supervisor(paths, &unpacked, &kube_router)
 }
 
 /// Where in the state directory the operator image is unpacked for the testbed's pods.
@@ -212,7 +215,11 @@ const UNPACKED_IMAGE_DIR: &str = "images/vko";
 
 /// Starts the (already built) supervisor detached and waits for its ready marker. On failure the
 /// supervisor's log tail is printed and everything it may have left is swept away.
-fn start_supervisor(paths: &Paths, unpacked_image: &Path) -> anyhow::Result<Duration> {
+fn start_supervisor(
+    paths: &Paths,
+    unpacked_image: &Path,
+    kube_router: &Path,
+) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(paths.state_dir())
         .with_context(|| format!("creating {}", paths.state_dir().display()))?;
     let log_path = paths.supervisor_log();
@@ -243,6 +250,9 @@ fn start_supervisor(paths: &Paths, unpacked_image: &Path) -> anyhow::Result<Dura
         ))
         // cert-manager from its chart, and the CA ClusterIssuer the tests name.
         .arg("--cert-manager")
+        // NetworkPolicies enforced, as on a cluster whose network plugin enforces them.
+        .arg("--kube-router")
+        .arg(kube_router)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)
@@ -402,7 +412,7 @@ pub fn check_clean() -> anyhow::Result<()> {
     if leftovers.is_empty() {
         println!(
             "clean: no testbed process, network namespace, link, policy route, KUBE-* iptables \
-             chain, mount or state directory"
+             chain or ipset, mount or state directory"
         );
         return Ok(());
     }
@@ -448,6 +458,10 @@ fn sweep(paths: &Paths) -> anyhow::Result<Vec<String>> {
     ) {
         eprintln!("removing kube-proxy's iptables chains: {error}");
     }
+    // After the chains that name them.
+    if let Err(error) = vko_testbed::kube_router::remove_sets() {
+        eprintln!("removing kube-router's ipsets: {error}");
+    }
     paths::remove_state_dir(paths.state_dir())?;
     let remaining = find_leftovers(paths)?;
     if !remaining.is_empty() {
@@ -483,7 +497,10 @@ pub fn find_leftovers(paths: &Paths) -> anyhow::Result<Vec<String>> {
         leftovers.push(format!("policy routing: {routing}"));
     }
     for chain in vko_testbed::kube_proxy::leftover_chains()? {
-        leftovers.push(format!("kube-proxy chain ({chain})"));
+        leftovers.push(format!("kube-proxy or kube-router chain ({chain})"));
+    }
+    for set in vko_testbed::kube_router::leftover_sets()? {
+        leftovers.push(format!("kube-router ipset {set}"));
     }
     for mount in paths::mounts_under(paths.state_dir())? {
         leftovers.push(format!("mount {}", mount.display()));

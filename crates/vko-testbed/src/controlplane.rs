@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::paths::{self, Paths};
 use crate::pki::{APISERVER_BRIDGE_IP, E2E_OPERATOR_STEM, E2E_OPERATOR_USER, Pki};
-use crate::{Error, Result, control, kube_proxy, net};
+use crate::{Error, Result, control, kube_proxy, kube_router, net};
 
 /// etcd's client and peer ports (off the defaults so a host etcd does not collide).
 pub const ETCD_CLIENT_PORT: u16 = 12379;
@@ -417,6 +417,8 @@ pub struct ControlPlane {
     components: Vec<Component>,
     /// Set once kube-proxy was started: its rules are removed after it stops.
     kube_proxy_config: Option<PathBuf>,
+    /// Set once kube-router was started: its ipsets are removed after its chains.
+    kube_router_started: bool,
     /// What `net.bridge.bridge-nf-call-iptables` was before the testbed set it to 1, if it had to.
     bridge_netfilter_before: Option<String>,
 }
@@ -430,6 +432,7 @@ impl ControlPlane {
             pki: None,
             components: Vec::new(),
             kube_proxy_config: None,
+            kube_router_started: false,
             bridge_netfilter_before: None,
         }
     }
@@ -547,6 +550,34 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Starts kube-router from `binary`, the network policy controller alone (see
+    /// [`crate::kube_router`]), and waits until it is healthy and its `FORWARD` chain exists.
+    /// Call it after kube-proxy (which sets `bridge-nf-call-iptables`).
+    pub async fn start_kube_router(&mut self, binary: &Path) -> Result<()> {
+        kube_router::check_prerequisites()?;
+        if !binary.is_file() {
+            return Err(Error::Other(format!(
+                "{} is missing: run `cargo xtask kube-router build`",
+                binary.display()
+            )));
+        }
+        let args = kube_router::args(&self.paths.admin_kubeconfig(), SERVICE_CIDR);
+        // From here on its rules may exist: `stop` removes them.
+        self.kube_router_started = true;
+        let log = self.paths.component_log("kube-router");
+        let component = Component::spawn("kube-router", binary, &args, log)?;
+        self.components.push(component);
+        let index = self.components.len() - 1;
+        wait_ready(
+            &mut self.components[index],
+            Duration::from_secs(60),
+            probe_kube_router,
+        )
+        .await?;
+        tracing::info!("kube-router enforces NetworkPolicies");
+        Ok(())
+    }
+
     /// Components whose process has exited: (name, exit status, log).
     fn exited_components(&mut self) -> Vec<(&'static str, String, PathBuf)> {
         self.components
@@ -597,12 +628,23 @@ impl ControlPlane {
         while let Some(mut component) = self.components.pop() {
             component.stop();
         }
+        // kube-router's chains start with `KUBE-` too: this removes them as well.
         if let Some(config) = self.kube_proxy_config.take() {
             let binary = self.bin_dir.join("kube-proxy");
             match kube_proxy::cleanup(&binary, Some(&config)) {
-                Ok(()) => tracing::info!("kube-proxy's iptables rules are removed"),
+                Ok(()) => {
+                    tracing::info!("kube-proxy's and kube-router's iptables rules are removed")
+                }
                 Err(error) => tracing::error!(
                     "removing kube-proxy's rules: {error}; `cargo xtask testbed down` retries"
+                ),
+            }
+        }
+        if std::mem::take(&mut self.kube_router_started) {
+            match kube_router::remove_sets() {
+                Ok(()) => tracing::info!("kube-router's ipsets are removed"),
+                Err(error) => tracing::error!(
+                    "removing kube-router's ipsets: {error}; `cargo xtask testbed down` retries"
                 ),
             }
         }
@@ -835,19 +877,42 @@ async fn probe_etcd() -> Result<()> {
     }
 }
 
-/// kube-proxy's `/healthz` (plain HTTP) answers healthy AND lists an IPv4 sync: before its first
-/// sync it already answers 200 with no per-family status.
-async fn probe_kube_proxy() -> Result<()> {
-    let url = format!("http://127.0.0.1:{}", kube_proxy::HEALTHZ_PORT)
+/// A plain-HTTP client of `component`'s health port on 127.0.0.1 (connect 2 s, read 5 s).
+fn local_http_client(port: u16, component: &str) -> Result<kube::Client> {
+    let url = format!("http://127.0.0.1:{port}")
         .parse()
         .map_err(|error| Error::Invalid {
-            what: "kube-proxy health URL".into(),
+            what: format!("{component} health URL"),
             detail: format!("{error}"),
         })?;
     let mut config = kube::Config::new(url);
     config.connect_timeout = Some(Duration::from_secs(2));
     config.read_timeout = Some(Duration::from_secs(5));
-    let client = kube::Client::try_from(config)?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// kube-router's `/healthz` answers 200 (every controller it runs reported in) and its policy
+/// controller's `FORWARD` chain exists (made before its first sync).
+async fn probe_kube_router() -> Result<()> {
+    let client = local_http_client(kube_router::HEALTH_PORT, "kube-router")?;
+    probe_text(&client, "/healthz").await?;
+    let chains = kube_proxy::leftover_chains()?;
+    if !chains
+        .iter()
+        .any(|chain| chain.table == "filter" && chain.name == kube_router::FORWARD_CHAIN)
+    {
+        return Err(Error::Other(format!(
+            "kube-router has not made {} yet",
+            kube_router::FORWARD_CHAIN
+        )));
+    }
+    Ok(())
+}
+
+/// kube-proxy's `/healthz` (plain HTTP) answers healthy AND lists an IPv4 sync: before its first
+/// sync it already answers 200 with no per-family status.
+async fn probe_kube_proxy() -> Result<()> {
+    let client = local_http_client(kube_proxy::HEALTHZ_PORT, "kube-proxy")?;
     let body = probe_text(&client, "/healthz").await?;
     let health: serde_json::Value =
         serde_json::from_str(&body).map_err(|error| Error::Invalid {
@@ -926,6 +991,9 @@ struct ServeOptions {
     /// `--cert-manager`: install cert-manager's chart from the cache and the tests' CA issuer
     /// ([`crate::cert_manager`]) before reporting ready.
     cert_manager: bool,
+    /// `--kube-router BINARY`: run kube-router from BINARY as the NetworkPolicy engine
+    /// ([`crate::kube_router`]) before reporting ready. Without it, policies are not enforced.
+    kube_router: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -935,7 +1003,7 @@ impl ServeOptions {
             what: "command line".into(),
             detail:
                 "usage: vko-testbed serve [--state-dir DIR] [--bin-dir DIR] [--image PREFIX=DIR]... \
-                 [--cert-manager]"
+                 [--cert-manager] [--kube-router BINARY]"
                     .into(),
         }
         };
@@ -944,6 +1012,7 @@ impl ServeOptions {
             bin_dir: None,
             extra_images: Vec::new(),
             cert_manager: false,
+            kube_router: None,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -951,6 +1020,9 @@ impl ServeOptions {
                 "--state-dir" => options.state_dir = Some(args.next().ok_or_else(usage)?.into()),
                 "--bin-dir" => options.bin_dir = Some(args.next().ok_or_else(usage)?.into()),
                 "--cert-manager" => options.cert_manager = true,
+                "--kube-router" => {
+                    options.kube_router = Some(args.next().ok_or_else(usage)?.into())
+                }
                 "--image" => {
                     let (prefix, dir) = args
                         .next()
@@ -1170,6 +1242,9 @@ async fn start(paths: &Paths, options: &ServeOptions, supervised: &mut Supervise
     wait_for_nodes(&client, &node_names, supervised).await?;
     tracing::info!("nodes {} are Ready", node_names.join(", "));
     supervised.control_plane.start_kube_proxy().await?;
+    if let Some(binary) = &options.kube_router {
+        supervised.control_plane.start_kube_router(binary).await?;
+    }
     if options.cert_manager {
         // After kube-proxy: the API server reaches cert-manager's webhook through its Service.
         let took = crate::cert_manager::install(&client, &paths.admin_kubeconfig()).await?;

@@ -14,6 +14,7 @@ pub mod controlplane;
 pub mod error;
 pub mod harness;
 pub mod kube_proxy;
+pub mod kube_router;
 pub mod kubelet;
 pub mod net;
 pub mod paths;
