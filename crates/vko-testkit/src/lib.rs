@@ -32,15 +32,20 @@ impl Ports {
     /// A port nothing listens on right now. Starts at a pid-dependent offset so that test
     /// binaries running at the same time rarely probe the same ports.
     pub fn free(&self) -> u16 {
+        self.try_free()
+            .unwrap_or_else(|| panic!("no free port in {}..{}", self.base, self.base + self.span))
+    }
+
+    /// [`Ports::free`], or `None` when every port of the range is taken.
+    pub fn try_free(&self) -> Option<u16> {
         let start = (std::process::id() % u32::from(self.span)) as u16;
-        for _ in 0..self.span {
+        (0..self.span).find_map(|_| {
             let n = self.next.fetch_add(1, Ordering::SeqCst);
             let port = self.base + (start + n % self.span) % self.span;
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
-        panic!("no free port in {}..{}", self.base, self.base + self.span);
+            TcpListener::bind(("127.0.0.1", port))
+                .is_ok()
+                .then_some(port)
+        })
     }
 }
 
@@ -303,7 +308,18 @@ mod tests {
         let released = held.pop().expect("a port of 23500..23550 to bind");
         let left = released.local_addr().unwrap().port();
         drop(released);
-        assert_eq!(PORTS.free(), left);
+        // A test running in parallel that starts a process forks this one: until the child's
+        // exec closes them, it holds copies of every socket, the released one too (CI,
+        // 2026-12-07: "no free port"). So the range may be full for a moment; never another port.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let found = loop {
+            match PORTS.try_free() {
+                Some(port) => break port,
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                None => panic!("{left} was released, yet no port of the range became free"),
+            }
+        };
+        assert_eq!(found, left);
     }
 
     #[test]
