@@ -12,7 +12,9 @@
 //! the Sentinel pods are replaced, 0 acknowledged writes lost; `unifiedCertificate` turned on
 //! under a TLS writer re-issues `<name>-tls` with the Sentinel names, no Sentinel pod mounts it
 //! before it names them (sampled every 200 ms), the data pods reload it in place, the Sentinel
-//! pods are replaced onto it, the Sentinel Certificate is deleted, 0 lost.
+//! pods are replaced onto it, the Sentinel Certificate is deleted, 0 lost; then `certManager`
+//! switched to `secretName` naming the issued Secret: the Certificate is deleted, the Secret
+//! stays, the cluster settles at OK on it and serves TLS through `-rw`, 0 lost.
 //!
 //! cert-manager leaving and coming back, and a Certificate deleted when TLS is turned off, are in
 //! operator_optional_objects (exclusive: they uninstall cert-manager under the operator).
@@ -298,6 +300,77 @@ async fn unified_certificate_migration(
     .await
 }
 
+/// `tls.certManager` switched to `tls.secretName` naming the Secret cert-manager issued (cert-manager
+/// leaves a Secret in place when its Certificate goes): the operator deletes its Certificate, the
+/// Secret stays, the cluster settles at OK on that Secret and serves TLS through `-rw`, and a TLS
+/// writer across the switch loses no acknowledged write.
+async fn switched_to_secret_name_deletes_the_certificate(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+) -> anyhow::Result<()> {
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "switch");
+    writer.wait_for(300).await?;
+    let secret = format!("{NAME}-tls");
+    let valkeys: Api<vko_api::Valkey> = Api::namespaced(client.clone(), ns);
+    let switched = Instant::now();
+    let patch = serde_json::json!({"spec": {"tls": {"certManager": null, "secretName": secret}}});
+    let generation = valkeys
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
+        .await?
+        .metadata
+        .generation;
+    let certificates = certificates(client, ns);
+    eventually(
+        Duration::from_secs(60),
+        "the Certificate deleted",
+        || async {
+            let names: Vec<String> = certificates
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            ensure!(names.is_empty(), "Certificates {names:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    let deleted = switched.elapsed();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    ensure!(
+        secrets.get_opt(&secret).await?.is_some(),
+        "{secret} went with its Certificate"
+    );
+    eventually(
+        Duration::from_secs(300),
+        "OK with 3 ready on the switched spec",
+        || async {
+            let valkey = valkeys.get(NAME).await?;
+            let observed = valkey.status.as_ref().and_then(|s| s.observed_generation);
+            ensure!(observed >= generation, "observedGeneration {observed:?}");
+            ensure!(
+                valkey
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.rolling_update.is_none()),
+                "a roll is in flight"
+            );
+            ensure!(ok_with(3)(&valkey), "{:?}", valkey.status);
+            Ok(())
+        },
+    )
+    .await?;
+    eprintln!(
+        "certManager switched to secretName {secret}: Certificate deleted after {deleted:?}, \
+         the Secret kept, OK again after {:?}",
+        switched.elapsed()
+    );
+    tls_through_rw(client, ns, dial).await?;
+    no_acknowledged_write_lost(writer, client, ns, dial, "switch to secretName").await
+}
+
 /// A TLS `SET` and `GET` through `<name>-rw`'s ClusterIP, the certificate verified against the
 /// Service's DNS name (the name clients use).
 async fn tls_through_rw(client: &kube::Client, ns: &str, dial: &Dial) -> anyhow::Result<()> {
@@ -361,7 +434,8 @@ async fn a_cert_manager_cluster_serves_only_tls_through_rw_and_hands_over_withou
         tls_through_rw(&client, &ns, &dial).await?;
         master_deletion_under_a_tls_writer(&client, &ns, &dial, &master).await?;
         renewal_rolls_without_loss(&client, &ns, &dial).await?;
-        unified_certificate_migration(&client, &ns, &dial).await
+        unified_certificate_migration(&client, &ns, &dial).await?;
+        switched_to_secret_name_deletes_the_certificate(&client, &ns, &dial).await
     }
     .await;
     if let Err(error) = outcome {

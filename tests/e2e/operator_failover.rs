@@ -617,3 +617,171 @@ async fn a_crashed_master_whose_sentinels_were_all_replaced_gets_its_data_back_f
     );
     test.cleanup().await.unwrap();
 }
+
+/// Uncordons `node` when dropped (a failed drain test must not leave a node unschedulable for the
+/// tests after it).
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let node = self.0.clone();
+        let _ = std::process::Command::new(vko_testbed::paths::bin_dir().join("kubectl"))
+            .args(["uncordon", &node])
+            .status();
+    }
+}
+
+/// The fewest Ready data pods and Ready Sentinels seen at once, sampled every 250 ms.
+#[derive(Clone, Copy, Debug)]
+struct ReadyLows {
+    data: usize,
+    sentinels: usize,
+    samples: usize,
+}
+
+fn sample_ready_lows(
+    client: kube::Client,
+    ns: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<ReadyLows> {
+    tokio::spawn(async move {
+        let mut lows = ReadyLows {
+            data: usize::MAX,
+            sentinels: usize::MAX,
+            samples: 0,
+        };
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(pods) = Pods::list(&client, &ns).await {
+                let ready = |prefix: &str| {
+                    pods.names_with_prefix(prefix)
+                        .iter()
+                        .filter(|pod| pods.by_name.get(*pod).is_some_and(pod_is_ready))
+                        .count()
+                };
+                lows.data = lows.data.min(ready(&format!("{NAME}-")));
+                lows.sentinels = lows.sentinels.min(ready(&format!("{NAME}-sentinel-")));
+                lows.samples += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        lows
+    })
+}
+
+/// `kubectl drain` of the node that runs the master, under writes through `-rw` (issue 18 item 4):
+/// the drain cordons the node and evicts every pod on it through the eviction API, retrying what a
+/// budget refuses; the master hands over through the sidecar's preStop, no acknowledged write is
+/// lost, the data budget never lets fewer than 2 data pods be Ready and the Sentinel budget never
+/// fewer than the quorum (2), sampled every 250 ms. Soft anti-affinity: the replacements schedule
+/// on the other nodes while this one is cordoned. Exclusive: the drain would evict the pods of
+/// every test that has one on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_kubectl_drain_of_the_masters_node_keeps_the_budgets_and_every_write() {
+    let test = OperatorTest::start("op-kdrain").await.unwrap();
+    let (client, ns) = (test.client(), test.ns().to_owned());
+    let old_master = create_ha(
+        &client,
+        &ns,
+        ", podDisruptionBudget: {enabled: true}, antiAffinity: {mode: soft}",
+    )
+    .await
+    .unwrap();
+    let sentinel_budget = format!("{NAME}-sentinel");
+    budgets_allow_one(&client, &ns, &[NAME, &sentinel_budget])
+        .await
+        .unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let node = pods
+        .by_name
+        .get(&old_master)
+        .and_then(|pod| pod.spec.as_ref()?.node_name.clone())
+        .unwrap();
+    let ours_on_node: Vec<&String> = pods
+        .by_name
+        .iter()
+        .filter(|(_, pod)| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+        .map(|(name, _)| name)
+        .collect();
+    eprintln!("draining {node}, which runs the master {old_master} and {ours_on_node:?}");
+
+    let writer = fence_support::AckWriter::through_service(&client, &ns, "fo-rw", "kdrain")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked() < 300 {
+        assert!(Instant::now() < deadline, "the writer made no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let lows = sample_ready_lows(client.clone(), ns.clone(), stop.clone());
+    let uncordon = Uncordon(node.clone());
+    let drained_at = Instant::now();
+    let drain = vko_testbed::harness::kubectl(&[
+        "drain",
+        &node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=240s",
+    ])
+    .await;
+    let drain_took = drained_at.elapsed();
+    let drain = drain.unwrap();
+    let (master, took) = new_master(
+        &client,
+        &ns,
+        &old_master,
+        drained_at,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    whole_again(&client, &ns, &master).await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let lows = lows.await.unwrap();
+    let before = writer.acked();
+    while writer.acked() < before + 300 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let acks = writer.stop().await;
+    drop(uncordon);
+    let ip = master_ip(&client, &ns).await.unwrap();
+    let missing = missing_keys(&ip, &acks.keys).await.unwrap();
+    for line in drain.lines().filter(|line| {
+        line.contains(&ns) || line.contains("drained") || line.contains("disruption budget")
+    }) {
+        eprintln!("  kubectl: {line}");
+    }
+    eprintln!(
+        "kubectl drain of {node}: {drain_took:?}; {old_master} -> {master} (Sentinel) after {took:?}; \
+         fewest Ready at once: {} data pods, {} Sentinels in {} samples; {} writes OK'd through \
+         -rw, {} lost, longest gap between OKs {:?}, {} errors",
+        lows.data,
+        lows.sentinels,
+        lows.samples,
+        acks.keys.len(),
+        missing.len(),
+        acks.at
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .max()
+            .unwrap_or_default(),
+        acks.errors,
+    );
+    assert!(
+        lows.samples > 0 && lows.data >= 2,
+        "the data budget let {} data pods be Ready",
+        lows.data
+    );
+    assert!(
+        lows.sentinels >= 2,
+        "the Sentinel budget let the Ready Sentinels drop to {}",
+        lows.sentinels
+    );
+    assert!(
+        missing.is_empty(),
+        "{} OK'd writes lost: {:?}",
+        missing.len(),
+        missing.iter().take(20).collect::<Vec<_>>()
+    );
+    test.cleanup().await.unwrap();
+}
