@@ -28,7 +28,7 @@ pub const GO_MODULE: GoModule = GoModule {
     module: "github.com/cloudnativelabs/kube-router/v2",
     version: VERSION,
     binary: "kube-router",
-    build_note: " (1 min 47 s on 2 cores with a warm module cache)",
+    build_note: " (2-3 min on 2 cores)",
     cache_dir: dir,
     ldflags,
     packages: &["github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"],
