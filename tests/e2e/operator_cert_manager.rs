@@ -270,21 +270,11 @@ async fn unified_certificate_migration(
                 && !secrets.contains(&format!("{NAME}-sentinel-tls"))),
         "Sentinel mounts after the migration: {mounts:?}"
     );
-    let certificates = certificates(client, ns);
-    eventually(
-        Duration::from_secs(60),
+    certificates_become(
+        client,
+        ns,
+        &[format!("{NAME}-tls")],
         "the Sentinel Certificate deleted",
-        || async {
-            let names: Vec<String> = certificates
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(ResourceExt::name_any)
-                .collect();
-            ensure!(names == [format!("{NAME}-tls")], "Certificates {names:?}");
-            Ok(())
-        },
     )
     .await?;
     eprintln!(
@@ -320,23 +310,7 @@ async fn switched_to_secret_name_deletes_the_certificate(
         .await?
         .metadata
         .generation;
-    let certificates = certificates(client, ns);
-    eventually(
-        Duration::from_secs(60),
-        "the Certificate deleted",
-        || async {
-            let names: Vec<String> = certificates
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(ResourceExt::name_any)
-                .collect();
-            ensure!(names.is_empty(), "Certificates {names:?}");
-            Ok(())
-        },
-    )
-    .await?;
+    certificates_become(client, ns, &[], "the Certificate deleted").await?;
     let deleted = switched.elapsed();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     ensure!(
@@ -369,6 +343,28 @@ async fn switched_to_secret_name_deletes_the_certificate(
     );
     tls_through_rw(client, ns, dial).await?;
     no_acknowledged_write_lost(writer, client, ns, dial, "switch to secretName").await
+}
+
+/// Waits up to 60 s until the Certificates in `ns` are exactly `expected` (by name).
+async fn certificates_become(
+    client: &kube::Client,
+    ns: &str,
+    expected: &[String],
+    what: &str,
+) -> anyhow::Result<()> {
+    let certificates = certificates(client, ns);
+    eventually(Duration::from_secs(60), what, || async {
+        let names: Vec<String> = certificates
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        ensure!(names == expected, "Certificates {names:?}");
+        Ok(())
+    })
+    .await
 }
 
 /// A TLS `SET` and `GET` through `<name>-rw`'s ClusterIP, the certificate verified against the
