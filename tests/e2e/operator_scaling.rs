@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use fence_support::{Sampler, Samples};
 use ha_support::{
-    Follow, Pods, SENTINEL_PORT, WriteLog, Writer, call, eventually, info, info_field,
-    missing_keys, role_master_pod, sentinel_master_host,
+    Follow, Pods, SENTINEL_PORT, WriteLog, Writer, call, delete_and_wait_gone, eventually, info,
+    info_field, missing_keys, role_master_pod, sentinel_master_host,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use operator_support::{OperatorTest, condition};
 use vko_api::{Phase, Valkey};
 
@@ -224,8 +224,11 @@ impl Cluster<'_> {
         Ok(took)
     }
 
-    /// Deletes the master's pod (its sidecar hands over) until the master serves from an
-    /// ordinal of at least `min`, so the next scale-down removes the master's ordinal.
+    /// Moves the master to an ordinal of at least `min`, so the next scale-down removes the
+    /// master's ordinal: the other pods below `min` deleted, then at once the master's, so its
+    /// sidecar hands over to a replica at `min` or above (with equally caught-up replicas the
+    /// handover picks the lowest ordinal, so deleting the master alone ping-pongs it between
+    /// the two lowest).
     async fn move_master_to_at_least(
         &self,
         min: u32,
@@ -233,15 +236,21 @@ impl Cluster<'_> {
         sentinels: u32,
     ) -> anyhow::Result<String> {
         let client = self.test.client();
-        let pods_api: Api<Pod> = Api::namespaced(client.clone(), self.test.ns());
-        for _ in 0..6 {
+        for _ in 0..3 {
             let pods = Pods::list(&client, self.test.ns()).await?;
             let master = master_pod(&pods, self.sentinel).await?;
             if ordinal(&master) >= min {
                 return Ok(master);
             }
-            println!("deleting the master pod {master} to move the master");
-            pods_api.delete(&master, &DeleteParams::default()).await?;
+            let below: Vec<String> = data_pods(&pods)
+                .into_iter()
+                .filter(|pod| *pod != master && ordinal(pod) < min)
+                .collect();
+            println!("deleting {below:?}, then the master pod {master}, to move the master");
+            for pod in &below {
+                delete_and_wait_gone(&client, self.test.ns(), pod).await?;
+            }
+            delete_and_wait_gone(&client, self.test.ns(), &master).await?;
             eventually(Duration::from_secs(120), "a new master", || async {
                 let pods = Pods::list(&client, self.test.ns()).await?;
                 let now = master_pod(&pods, self.sentinel).await?;

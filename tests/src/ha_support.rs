@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
@@ -755,6 +755,24 @@ async fn note_error(log: &Mutex<WriteLog>, error: String) {
     if log.errors.len() < 20 {
         log.errors.push(error);
     }
+}
+
+/// Deletes `pod` (graceful) and waits until that pod object is gone (its name may be back, with
+/// another UID).
+pub async fn delete_and_wait_gone(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let uid = pods.get(pod).await?.metadata.uid;
+    pods.delete(pod, &DeleteParams::default()).await?;
+    eventually(Duration::from_secs(120), "the deleted pod gone", || async {
+        let now = pods.get_opt(pod).await?.and_then(|p| p.metadata.uid);
+        anyhow::ensure!(now != uid, "{pod} still there");
+        Ok(())
+    })
+    .await
 }
 
 /// Which of `keys` do not exist on the server at `ip` (EXISTS in batches).

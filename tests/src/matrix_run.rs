@@ -10,16 +10,16 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use vko_api::{Phase, Valkey};
 use vko_testbed::control::Fault;
 
 use crate::fence_measure::split_lost;
 use crate::fence_support::{AckWriter, Sampler, pod_netns};
 use crate::ha_support::{
-    Follow, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, Writer, call, endpoint_pods, eventually, info,
-    info_field, kill_valkey_server, missing_keys, watch_terminations,
+    Follow, Pods, Reply, SENTINEL_PORT, VALKEY_PORT, Writer, call, delete_and_wait_gone,
+    endpoint_pods, eventually, info, info_field, kill_valkey_server, missing_keys,
+    watch_terminations,
 };
 use crate::matrix::{
     AOF_FSYNC_TAIL, LossRule, MASTER_SIDE_BOUND, MasterSide, Measurement, Row, Topology, unwritable,
@@ -685,18 +685,4 @@ async fn inject(
             }
         }
     })
-}
-
-/// Deletes `pod` (graceful) and waits until that pod object is gone (its name may be back, with
-/// another UID).
-async fn delete_and_wait_gone(client: &kube::Client, ns: &str, pod: &str) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let uid = pods.get(pod).await?.metadata.uid;
-    pods.delete(pod, &DeleteParams::default()).await?;
-    eventually(Duration::from_secs(120), "the deleted pod gone", || async {
-        let now = pods.get_opt(pod).await?.and_then(|p| p.metadata.uid);
-        anyhow::ensure!(now != uid, "{pod} still there");
-        Ok(())
-    })
-    .await
 }
