@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ha_support::{
-    Conn, Pods, ROLE_LABEL, Reply, SENTINEL_PORT, VALKEY_PORT, dump_container_logs,
-    kill_valkey_server,
+    Conn, Pods, ROLE_LABEL, Reply, SENTINEL_PORT, VALKEY_PORT, delete_and_wait_gone,
+    dump_container_logs, kill_valkey_server,
 };
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams};
@@ -831,19 +831,29 @@ async fn auth_turned_on_and_off_on_a_running_cluster_rolls_without_losing_a_writ
 
 const OFF_RESTARTED: &str = "offr";
 
-/// Auth turned off while the operator is down (SIGKILLed), then the operator started again: the
-/// new process never saw the password, yet the pods not rolled yet still require it. It reads
-/// the password from the Secret those pods mount (ADR 0035) and rolls as one that remembered it
-/// would: every pod without the password file, PHASE OK, no `RollingUpdatePaused`, the writer
-/// (`AUTH default <password>` on every connection) lost nothing. Without that read the roll
-/// stalled (the old pods answered the operator `NOAUTH`). Kills the shared operator: runs alone.
+/// The operator down (SIGKILLed) through two changes, each finished once it is back (kills the
+/// shared operator: runs alone), a 3 + 3 with auth under a writer through `-rw` (`AUTH default
+/// <password>` on every connection):
+///
+/// 1. The password changes while the operator is down: the sidecars alone make every server and
+///    Sentinel accept both (the operator has no part in that step). The restarted operator, which
+///    never saw the old password, finds both accepted and starts the grace period; a replica and
+///    a Sentinel replaced during the grace come back with the new password and replicate; the old
+///    password is retired everywhere. No write refused with either password.
+/// 2. Auth turned off while the operator is down: the new process never saw the password, yet the
+///    pods not rolled yet still require it. It reads the password from the Secret those pods
+///    mount (ADR 0035) and rolls as one that remembered it would: every pod without the password
+///    file, PHASE OK, no `RollingUpdatePaused`. Without that read the roll stalled (the old pods
+///    answered the operator `NOAUTH`).
+///
+/// 0 acknowledged writes lost over both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_back() {
+async fn exclusive_a_rotation_and_auth_off_while_the_operator_is_down_finish_once_it_is_back() {
     let test = OperatorTest::start("op-authoffr").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), &ns);
     let spec = "replicas: 3, image: valkey/valkey:8.0, sentinel: {enabled: true, replicas: 3}, \
-                auth: {secretName: pw}";
+                auth: {secretName: pw, oldPasswordGracePeriod: 30s}";
     test.apply_until_ok(
         &format!(
             "apiVersion: v1\nkind: Secret\nmetadata: {{name: pw}}\nstringData: {{password: \"{OLD}\"}}\n---\n\
@@ -855,13 +865,191 @@ async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_b
     )
     .await
     .unwrap();
-    let writer = AuthWriter::start_on(client.clone(), ns.clone(), OFF_RESTARTED, OLD, "w");
+    let old_writer = AuthWriter::start_on(client.clone(), ns.clone(), OFF_RESTARTED, OLD, "o");
     until(Duration::from_secs(30), "the writer writes", || async {
-        Ok((writer.acked().await > 300).then_some(()))
+        Ok((old_writer.acked().await > 300).then_some(()))
     })
     .await
     .unwrap();
+    println!(
+        "old-password writer before the change: errors {:?}",
+        old_writer.take_errors().await
+    );
 
+    // 1. The password changes while the operator is down.
+    operator_support::kill_operator().unwrap();
+    let changed = change_password(&client, &ns).await.unwrap();
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    let every = servers_and_sentinels(&pods, OFF_RESTARTED);
+    until(
+        Duration::from_secs(90),
+        "every server and Sentinel accepts both passwords, the operator down",
+        || {
+            let every = every.clone();
+            async move {
+                for (_, ip, port) in &every {
+                    for password in [OLD, NEW] {
+                        if auth(ip, *port, password).await? != Reply::Simple("OK".into()) {
+                            return Ok(None);
+                        }
+                    }
+                }
+                Ok(Some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "{}",
+        stamped(format!(
+            "both passwords accepted on every server and Sentinel {:?} after the Secret \
+             changed, by the sidecars alone",
+            changed.elapsed()
+        ))
+    );
+    let writer = AuthWriter::start_on(client.clone(), ns.clone(), OFF_RESTARTED, NEW, "n");
+    until(
+        Duration::from_secs(30),
+        "the new-password writer writes",
+        || async { Ok((writer.acked().await > 300).then_some(())) },
+    )
+    .await
+    .unwrap();
+    let old_log = old_writer.stop().await;
+    println!(
+        "old-password writer: {} acknowledged, {} AUTH refused, errors {:?}",
+        old_log.acked.len(),
+        old_log.auth_refused,
+        old_log.errors
+    );
+    assert_eq!(old_log.auth_refused, 0, "{:?}", old_log.errors);
+
+    operator_support::restart_operator().unwrap();
+    let grace = rotation_step(&valkeys, OFF_RESTARTED, "True", "OldPasswordGracePeriod")
+        .await
+        .unwrap();
+    println!(
+        "{}",
+        stamped(format!(
+            "the restarted operator resumed: {:?}",
+            condition(&grace, "PasswordRotation")
+        ))
+    );
+    // A replica and a Sentinel replaced during the grace period.
+    let master_ip = labelled_master_ip_of(&client, &ns, OFF_RESTARTED)
+        .await
+        .unwrap();
+    let (replica, sentinel) = {
+        let data = pods.names_with_prefix(&format!("{OFF_RESTARTED}-"));
+        let replica = data
+            .iter()
+            .find(|pod| pods.ip(pod) != Some(master_ip.clone()))
+            .unwrap()
+            .clone();
+        (replica, format!("{OFF_RESTARTED}-sentinel-0"))
+    };
+    println!("{}", stamped(format!("deleting {replica} and {sentinel}")));
+    let (gone_replica, gone_sentinel) = tokio::join!(
+        delete_and_wait_gone(&client, &ns, &replica),
+        delete_and_wait_gone(&client, &ns, &sentinel)
+    );
+    gone_replica.unwrap();
+    gone_sentinel.unwrap();
+    let replaced = until(
+        Duration::from_secs(90),
+        "the replaced replica replicates and the replaced Sentinel sees the master",
+        || {
+            let (client, ns, replica, sentinel) = (
+                client.clone(),
+                ns.clone(),
+                replica.clone(),
+                sentinel.clone(),
+            );
+            async move {
+                let pods = Pods::list(&client, &ns).await?;
+                let (Some(replica_ip), Some(sentinel_ip)) = (pods.ip(&replica), pods.ip(&sentinel))
+                else {
+                    return Ok(None);
+                };
+                let Ok(mut conn) = authed(&replica_ip, VALKEY_PORT, NEW).await else {
+                    return Ok(None);
+                };
+                let info = conn.call(&["INFO", "replication"]).await?;
+                if !info
+                    .text()
+                    .unwrap_or_default()
+                    .contains("master_link_status:up")
+                {
+                    return Ok(None);
+                }
+                let Ok(mut conn) = authed(&sentinel_ip, SENTINEL_PORT, NEW).await else {
+                    return Ok(None);
+                };
+                let master = conn
+                    .call(&["SENTINEL", "MASTER", OFF_RESTARTED])
+                    .await?
+                    .as_map();
+                let flags = master.get("flags").cloned().unwrap_or_default();
+                Ok((flags == "master").then_some((replica_ip, sentinel_ip)))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    for (pod, ip, port) in [
+        (&replica, &replaced.0, VALKEY_PORT),
+        (&sentinel, &replaced.1, SENTINEL_PORT),
+    ] {
+        // ADR 0035's cost: a pod that starts during the grace period has the new password only.
+        println!(
+            "{pod} replaced during the grace period: the old password {:?}",
+            auth(ip, port, OLD).await.unwrap()
+        );
+    }
+    let rotated = rotation_step(&valkeys, OFF_RESTARTED, "False", "PasswordRotated")
+        .await
+        .unwrap();
+    println!(
+        "{}",
+        stamped(format!(
+            "old password retired {:?} after the Secret changed",
+            changed.elapsed()
+        ))
+    );
+    assert!(rotated.status.as_ref().unwrap().password_rotation.is_none());
+    let pods = Pods::list(&client, &ns).await.unwrap();
+    for (pod, ip, port) in servers_and_sentinels(&pods, OFF_RESTARTED) {
+        let old = auth(&ip, port, OLD).await.unwrap();
+        assert!(
+            matches!(&old, Reply::Error(e) if e.starts_with("WRONGPASS")),
+            "{pod} after the rotation, the old password: {old:?}"
+        );
+        assert_eq!(
+            auth(&ip, port, NEW).await.unwrap(),
+            Reply::Simple("OK".into()),
+            "{pod} after the rotation, the new password"
+        );
+    }
+    let master_ip = labelled_master_ip_of(&client, &ns, OFF_RESTARTED)
+        .await
+        .unwrap();
+    until(
+        Duration::from_secs(30),
+        "both replicas acknowledge a write after the rotation",
+        || {
+            let master_ip = master_ip.clone();
+            async move {
+                let mut conn = authed(&master_ip, VALKEY_PORT, NEW).await?;
+                conn.call(&["SET", "after-rotation", "v"]).await?;
+                Ok((conn.call(&["WAIT", "2", "2000"]).await? == Reply::Int(2)).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // 2. Auth turned off while the operator is down.
     operator_support::kill_operator().unwrap();
     valkeys
         .patch(
@@ -885,12 +1073,14 @@ async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_b
     let mut check = Conn::connect(&master, VALKEY_PORT, Duration::from_secs(5))
         .await
         .unwrap();
-    let lost = missing(&mut check, &log.acked).await.unwrap();
+    let lost = missing_of(&mut check, &[&old_log, &log]).await.unwrap();
     println!(
         "auth off while the operator was down: rolled {rolled:?} after the restart; {} \
-         acknowledged, {} lost, longest write gap {:?}, AUTH refused {}, errors {:?}",
+         acknowledged with the new password, {} lost of {} in all, longest write gap {:?}, \
+         AUTH refused {}, errors {:?}",
         log.acked.len(),
         lost.len(),
+        old_log.acked.len() + log.acked.len(),
         log.longest_gap(),
         log.auth_refused,
         log.errors.iter().take(5).collect::<Vec<_>>()
@@ -898,6 +1088,20 @@ async fn exclusive_auth_turned_off_while_the_operator_is_down_rolls_once_it_is_b
     assert!(lost.is_empty(), "lost {lost:?}");
     assert_eq!(log.auth_refused, 0, "{:?}", log.errors);
     test.cleanup().await.unwrap();
+}
+
+/// (pod, IP, port) of every data pod and Sentinel of `valkey`.
+fn servers_and_sentinels(pods: &Pods, valkey: &str) -> Vec<(String, String, u16)> {
+    let data = pods.names_with_prefix(&format!("{valkey}-"));
+    let sentinels = pods.names_with_prefix(&format!("{valkey}-sentinel-"));
+    data.into_iter()
+        .map(|pod| (pod, VALKEY_PORT))
+        .chain(sentinels.into_iter().map(|pod| (pod, SENTINEL_PORT)))
+        .map(|(pod, port)| {
+            let ip = pods.ip(&pod).unwrap_or_default();
+            (pod, ip, port)
+        })
+        .collect()
 }
 
 const PLAIN: &str = "plain";
