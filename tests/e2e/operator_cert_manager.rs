@@ -2,14 +2,15 @@
 //! v1.11.5 from its own chart (controller, webhook and cainjector run as pods) with the CA
 //! ClusterIssuer `vko-testbed-ca`, so the Certificates the operator writes are really issued.
 //!
-//! A 3 data + 3 Sentinel `Valkey` with `tls.certManager` naming that issuer reaches PHASE OK from
-//! cert-manager's Secrets alone; then operator_tls's checks run against it: the plaintext ports
+//! A 3 data + 3 Sentinel `Valkey` on Valkey 9.1 with `tls.certManager` naming that issuer reaches
+//! PHASE OK from cert-manager's Secrets alone; then operator_tls's checks run against it: the plaintext ports
 //! are closed, TLS serves and replicates, Sentinel answers over TLS with host names; a client of
 //! `<name>-rw`'s ClusterIP verifies the certificate against the Service's DNS name; and the master
 //! pod deleted under a TLS writer hands over with 0 acknowledged writes lost; cert-manager made to
 //! re-issue both certificates (as `cmctl renew` does) under a TLS writer: the data pods reload
-//! the new certificate in place (UIDs and restart counts unchanged, the new fingerprint served),
-//! the Sentinel pods are replaced, 0 acknowledged writes lost; `unifiedCertificate` turned on
+//! the new certificate in place and so do the 9.1 Sentinels (ADR 0053: UIDs and restart counts of
+//! all six pods unchanged, the new fingerprint served), 0 acknowledged writes lost (a Sentinel
+//! before 9.1 is replaced instead: operator_tls's CA rotation); `unifiedCertificate` turned on
 //! under a TLS writer re-issues `<name>-tls` with the Sentinel names, no Sentinel pod mounts it
 //! before it names them (sampled every 200 ms), the data pods reload it in place, the Sentinel
 //! pods are replaced onto it, the Sentinel Certificate is deleted, 0 lost; then `certManager`
@@ -21,8 +22,9 @@
 //! Needs the testbed's `vko.local/vko` image (see operator_standalone).
 
 use crate::operator_tls::{
-    DOMAIN, Dial, NAME, TLS_PORT, TlsWriter, certificate_change_reloads_the_data_pods,
-    master_deletion_under_a_tls_writer, no_acknowledged_write_lost, serves_tls_only,
+    DOMAIN, Dial, NAME, SentinelPods, TLS_PORT, TlsWriter,
+    certificate_change_reloads_the_data_pods, master_deletion_under_a_tls_writer,
+    no_acknowledged_write_lost, serves_tls_only,
 };
 use vko_e2e::{ha_support, operator_support};
 
@@ -109,9 +111,9 @@ async fn renew(client: &kube::Client, ns: &str, certificate: &str) -> anyhow::Re
     Ok(())
 }
 
-/// cert-manager re-issues both certificates under a TLS writer (same CA): the data pods reload the
-/// new certificate in place (0 restarts), the Sentinel pods are replaced, 0 acknowledged writes
-/// lost.
+/// cert-manager re-issues both certificates under a TLS writer (same CA): the data pods and the
+/// 9.1 Sentinels reload the new certificate in place (0 restarts, 0 replaced), 0 acknowledged
+/// writes lost.
 async fn renewal_rolls_without_loss(
     client: &kube::Client,
     ns: &str,
@@ -132,6 +134,7 @@ async fn renewal_rolls_without_loss(
         },
         "cert-manager re-issued both certificates",
         (&data_secret, &sentinel_secret),
+        SentinelPods::ReloadInPlace,
     )
     .await?;
     let new = issued_certificate(client, ns, &data_secret).await?;
@@ -253,6 +256,8 @@ async fn unified_certificate_migration(
         },
         "unifiedCertificate turned on",
         (&data_secret, &data_secret),
+        // The Secret the Sentinel pods mount changes: a template change, rolled.
+        SentinelPods::Replaced,
     )
     .await?;
     stop.store(true, Ordering::SeqCst);
@@ -409,7 +414,7 @@ async fn a_cert_manager_cluster_serves_only_tls_through_rw_and_hands_over_withou
         let started = Instant::now();
         let yaml = format!(
             "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\n\
-             spec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3}},\n\
+             spec: {{replicas: 3, image: valkey/valkey:9.1, sentinel: {{enabled: true, replicas: 3}},\n\
              \x20 tls: {{enabled: true, certManager: {{issuer: {{kind: ClusterIssuer, name: {ISSUER}}}}}}}}}\n"
         );
         test.apply_until_ok(&yaml, NAME, 3, Duration::from_secs(300))

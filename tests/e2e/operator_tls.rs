@@ -955,11 +955,21 @@ pub(crate) struct Reloaded {
     pub(crate) all_current: Duration,
 }
 
+/// What a certificate change does to the Sentinel pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SentinelPods {
+    /// Replaced (Sentinel before Valkey 9.1 cannot reload; or the Secret it mounts changed).
+    Replaced,
+    /// Kept, UID and restart count unchanged at every sample: the Sentinel re-read the
+    /// certificate in place (Valkey 9.1, ADR 0053).
+    ReloadInPlace,
+}
+
 /// One change of certificate and key under the same CA (`change`; `data_secret` and
 /// `sentinel_secret` are the Secrets the tiers mount afterwards): every data pod serves the data
 /// Secret's new certificate with its UID and restart count unchanged at every sample (the sidecar
-/// reloaded the server in place, ADR 0038), every Sentinel pod is replaced (Sentinel cannot
-/// reload) and serves its Secret's certificate, `TLSMaterialStale` ends `False` /
+/// reloaded the server in place, ADR 0038), every Sentinel pod is replaced or reloads in place as
+/// `sentinels` says and serves its Secret's certificate, `TLSMaterialStale` ends `False` /
 /// `TLSMaterialCurrent`, the cluster is OK and not rolling.
 pub(crate) async fn certificate_change_reloads_the_data_pods(
     client: &kube::Client,
@@ -968,6 +978,7 @@ pub(crate) async fn certificate_change_reloads_the_data_pods(
     change: impl std::future::Future<Output = anyhow::Result<()>>,
     what: &str,
     (data_secret, sentinel_secret): (&str, &str),
+    sentinels: SentinelPods,
 ) -> anyhow::Result<Reloaded> {
     let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
     let sentinel_prefix = format!("{NAME}-sentinel-");
@@ -989,13 +1000,17 @@ pub(crate) async fn certificate_change_reloads_the_data_pods(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
         let lives = pod_lives(client, ns).await?;
-        for (name, uid, restarts) in &data_before {
+        let kept = match sentinels {
+            SentinelPods::Replaced => data_before.iter().collect::<Vec<_>>(),
+            SentinelPods::ReloadInPlace => data_before.iter().chain(&sentinels_before).collect(),
+        };
+        for (name, uid, restarts) in kept {
             let now = lives.iter().find(|(pod, ..)| pod == name);
             ensure!(
                 now.is_some_and(
                     |(_, now_uid, now_restarts)| now_uid == uid && now_restarts == restarts
                 ),
-                "{what}: data pod {name} was replaced or restarted (before: uid {uid}, \
+                "{what}: pod {name} was replaced or restarted (before: uid {uid}, \
                  {restarts} restarts; now: {now:?})"
             );
         }
@@ -1017,9 +1032,10 @@ pub(crate) async fn certificate_change_reloads_the_data_pods(
             }
             for (pod, uid, _) in &sentinels_before {
                 ensure!(
-                    lives
-                        .iter()
-                        .all(|(name, now_uid, _)| name != pod || now_uid != uid),
+                    sentinels == SentinelPods::ReloadInPlace
+                        || lives
+                            .iter()
+                            .all(|(name, now_uid, _)| name != pod || now_uid != uid),
                     "Sentinel {pod} not replaced yet"
                 );
                 let served = dial.served(&pods, pod).await?;
@@ -1040,9 +1056,14 @@ pub(crate) async fn certificate_change_reloads_the_data_pods(
         all_current: changed.elapsed(),
     };
     eprintln!(
-        "{what}: data pods reloaded in place ({:?}), Sentinel pods replaced, TLSMaterialCurrent \
+        "{what}: data pods reloaded in place ({:?}), Sentinel pods {}, TLSMaterialCurrent \
          after {:?}",
-        reloaded.data_serving, reloaded.all_current
+        reloaded.data_serving,
+        match sentinels {
+            SentinelPods::Replaced => "replaced",
+            SentinelPods::ReloadInPlace => "reloaded in place (none replaced or restarted)",
+        },
+        reloaded.all_current
     );
     Ok(reloaded)
 }
@@ -1100,6 +1121,7 @@ async fn ca_rotation_rolls_without_loss(
         patch_secret(client, ns, next),
         "the certificate issued by the next CA",
         (SECRET, SECRET),
+        SentinelPods::Replaced,
     )
     .await?;
     no_acknowledged_write_lost(

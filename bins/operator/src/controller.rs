@@ -185,8 +185,36 @@ struct SecretView {
     sentinel_tls_hash: Option<String>,
     /// The Sentinel tier's fingerprint: its own Secret's, or the data Secret's when they share it.
     sentinel_current_tls_hash: Option<String>,
+    /// The Secret the Sentinels mount, as a Sentinel that reloads in place is measured against
+    /// (ADR 0053).
+    sentinel_tls: Option<SentinelTlsView>,
     tls: Option<TlsOptions>,
     problems: Vec<Error>,
+}
+
+/// The Sentinel tier's TLS Secret as a Sentinel that reloads its certificate in place is
+/// rendered and measured (ADR 0053).
+#[derive(Clone)]
+struct SentinelTlsView {
+    /// `vko_render::tls_trust_fingerprint` of its `ca.crt`: what such a Sentinel's template
+    /// carries.
+    trust: String,
+    /// Its certificate's fingerprint, what such a Sentinel serves once it reloaded.
+    certificate: Option<String>,
+    /// Its `ca.crt`, to verify what a Sentinel serves.
+    ca: Vec<u8>,
+}
+
+impl SentinelTlsView {
+    fn of(secret: &Secret) -> SentinelTlsView {
+        let ca = secret_key(secret, "ca.crt").unwrap_or_default();
+        SentinelTlsView {
+            trust: vko_render::tls_trust_fingerprint(ca),
+            certificate: secret_key(secret, "tls.crt")
+                .and_then(|cert| vko_valkey::certificate::leaf_fingerprint(cert).ok()),
+            ca: ca.to_vec(),
+        }
+    }
 }
 
 fn secret_key<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
@@ -342,6 +370,9 @@ fn observe_secrets(
         };
         match fingerprint(&secrets.data, &data_secret_hosts) {
             Some((hash, secret)) => {
+                if secrets.sentinel.is_none() {
+                    view.sentinel_tls = Some(SentinelTlsView::of(&secret));
+                }
                 view.tls_hash = Some(hash);
                 view.tls_trust_hash = Some(vko_render::tls_trust_fingerprint(
                     secret_key(&secret, "ca.crt").unwrap_or_default(),
@@ -364,7 +395,10 @@ fn observe_secrets(
         if let Some(sentinel) = &secrets.sentinel {
             let before = unusable.borrow().len();
             match fingerprint(sentinel, &sentinel_hosts) {
-                Some((hash, _)) => view.sentinel_tls_hash = Some(hash),
+                Some((hash, secret)) => {
+                    view.sentinel_tls_hash = Some(hash);
+                    view.sentinel_tls = Some(SentinelTlsView::of(&secret));
+                }
                 None => {
                     if unusable.borrow().len() == before {
                         missing(sentinel);
@@ -625,6 +659,8 @@ struct Observed {
     /// The data StatefulSet's count this pass: `spec.replicas`, or more while a scale-down waits
     /// for the master to leave the removed ordinals (ADR 0024).
     data_replicas: vko_roll::scale::DataReplicas,
+    /// The Sentinels as rendered this pass reload a new certificate in place (ADR 0053).
+    sentinel_reloads_tls: bool,
 }
 
 fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Error> {
@@ -674,6 +710,14 @@ fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Erro
     }
     let refused_downgrade = refused_downgrade(pass, &data_pods);
     let recorded = recorded_anywhere.filter(|ordinal| *ordinal < data_replicas.apply);
+    // Decided for the image rendered this pass (the running one while a downgrade is refused).
+    let sentinel_reloads_tls = {
+        let mut rendered = pass.valkey.spec.clone();
+        if let Some(refused) = &refused_downgrade {
+            rendered.image = refused.running_image.clone();
+        }
+        vko_render::ValkeyVersion::sentinel_reloads_tls(&rendered)
+    };
     Ok(Observed {
         secrets,
         data_pods,
@@ -681,6 +725,7 @@ fn observe(pass: &Pass<'_>, fetched: &secrets::Fetched) -> Result<Observed, Erro
         recorded,
         refused_downgrade,
         data_replicas,
+        sentinel_reloads_tls,
     })
 }
 
@@ -741,10 +786,19 @@ fn render(
     inputs.cluster_domain = config.cluster_domain.clone();
     inputs.operator_peer = config.operator_peer.clone();
     inputs.owner = pass.valkey.controller_owner_ref(&());
-    // The data pods reload a new certificate in place, so their template carries only the CA;
-    // Sentinel cannot reload, so every change of its Secret rolls it (ADR 0038).
+    // The data pods reload a new certificate in place, so their template carries only the CA
+    // (ADR 0038); so do Sentinels from Valkey 9.1 (ADR 0053). An older Sentinel cannot reload,
+    // so every change of its Secret rolls it.
     inputs.tls_material_hash = observed.secrets.tls_trust_hash.clone();
-    inputs.sentinel_tls_material_hash = observed.secrets.sentinel_current_tls_hash.clone();
+    inputs.sentinel_tls_material_hash = if observed.sentinel_reloads_tls {
+        observed
+            .secrets
+            .sentinel_tls
+            .as_ref()
+            .map(|tls| tls.trust.clone())
+    } else {
+        observed.secrets.sentinel_current_tls_hash.clone()
+    };
     let served = config.optional_apis.served();
     inputs.cert_manager_present = served.cert_manager;
     inputs.prometheus_operator_present = served.prometheus_operator;
@@ -963,6 +1017,11 @@ async fn probe(pass: &Pass<'_>, observed: &Observed) -> DataPlane {
             } else {
                 no_sentinels
             },
+            sentinel_tls_ca: secrets
+                .sentinel_tls
+                .as_ref()
+                .filter(|_| observed.sentinel_reloads_tls)
+                .map(|tls| tls.ca.as_slice()),
         };
         dataplane::probe_round(&dialer, &targets).await
     } else {
@@ -1719,7 +1778,7 @@ fn snapshot(
             .collect(),
         tls_material: spec
             .tls_enabled()
-            .then(|| tier_fingerprints(spec, observed)),
+            .then(|| tier_fingerprints(spec, observed, &plane.answers.sentinels)),
         password_rotation: acted.password_rotation.clone(),
     }
 }
@@ -1746,7 +1805,11 @@ fn foreign_budgets(
 }
 
 /// The TLS fingerprints of both tiers: the Secrets' now and each pod's.
-fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<status::TierMaterial> {
+fn tier_fingerprints(
+    spec: &vko_api::ValkeySpec,
+    observed: &Observed,
+    sentinel_answers: &[dataplane::SentinelPodAnswer],
+) -> Vec<status::TierMaterial> {
     let secrets = &observed.secrets;
     let data_pods = observed
         .data_pods
@@ -1763,16 +1826,45 @@ fn tier_fingerprints(spec: &vko_api::ValkeySpec, observed: &Observed) -> Vec<sta
         pods: data_pods,
     }];
     if spec.sentinel_enabled() {
-        let mut pods: Vec<_> = observed
-            .sentinel_pods
-            .iter()
-            .map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
-            .collect();
+        let served = |pod: &str| {
+            sentinel_answers
+                .iter()
+                .find(|answer| answer.pod == pod)
+                .and_then(|answer| answer.served_certificate.as_deref())
+        };
+        // A Sentinel that reloads in place is current when its template's CA and the
+        // certificate it serves (measured by the probe round's handshake) are the Secret's, as
+        // a data pod is (ADR 0053); otherwise by its template's full fingerprint.
+        let (current, mut pods): (Option<String>, Vec<_>) = if observed.sentinel_reloads_tls {
+            let current = secrets.sentinel_tls.as_ref().and_then(|tls| {
+                let certificate = tls.certificate.as_deref()?;
+                Some(status::data_tls_material(&tls.trust, certificate))
+            });
+            let pods = observed
+                .sentinel_pods
+                .iter()
+                .map(|pod| {
+                    let name = pod.name_any();
+                    let material = status::pod_tls_fingerprint(pod)
+                        .zip(served(&name))
+                        .map(|(trust, certificate)| status::data_tls_material(&trust, certificate));
+                    (name, material)
+                })
+                .collect();
+            (current, pods)
+        } else {
+            let pods = observed
+                .sentinel_pods
+                .iter()
+                .map(|pod| (pod.name_any(), status::pod_tls_fingerprint(pod)))
+                .collect();
+            (secrets.sentinel_current_tls_hash.clone(), pods)
+        };
         // The store's order is arbitrary; the message must not change between passes.
         pods.sort();
         tiers.push(status::TierMaterial {
             tier: "Sentinel",
-            current: observed.secrets.sentinel_current_tls_hash.clone(),
+            current,
             pods,
         });
     }
@@ -2308,6 +2400,18 @@ mod tests {
         assert!(view.problems.is_empty(), "{:?}", view.problems);
         assert!(view.tls_hash.is_some());
         assert_eq!(view.sentinel_current_tls_hash, view.tls_hash);
+        // What a reloading Sentinel (ADR 0053) is rendered and measured with: the shared
+        // Secret's CA fingerprint (the data template's too), certificate and CA.
+        let sentinel = view
+            .sentinel_tls
+            .as_ref()
+            .expect("the Sentinel tier's TLS view");
+        assert_eq!(Some(&sentinel.trust), view.tls_trust_hash.as_ref());
+        assert_eq!(sentinel.certificate, view.tls_certificate);
+        assert_eq!(
+            Some(sentinel.ca.as_slice()),
+            view.tls.as_ref().map(|tls| tls.ca_pem.as_slice())
+        );
     }
 
     /// A Secret holding `keys` of `tls.crt` = "cert", `tls.key` = "key", `ca.crt` = "ca".

@@ -107,6 +107,9 @@ pub struct SentinelPodAnswer {
     /// `None` for a pod whose name carries no ordinal of the Sentinel StatefulSet (not dialled).
     pub ordinal: Option<u32>,
     pub answer: Option<SentinelAnswer>,
+    /// The fingerprint of the certificate its TLS port serves, when the round was asked to
+    /// measure it ([`ProbeTargets::sentinel_tls_ca`]) and the handshake succeeded.
+    pub served_certificate: Option<String>,
 }
 
 /// The one probe round of a pass.
@@ -129,6 +132,9 @@ pub struct ProbeTargets<'a> {
     pub replicas: u32,
     /// Empty without Sentinel.
     pub sentinel_pods: &'a [Arc<Pod>],
+    /// With Sentinels that reload their certificate in place (ADR 0053): the CA their Secret
+    /// holds, against which each one's served certificate is measured with a handshake of its own.
+    pub sentinel_tls_ca: Option<&'a [u8]>,
 }
 
 /// Asks every data pod (one `INFO`) and every Sentinel pod, concurrently.
@@ -145,17 +151,29 @@ pub async fn probe_round(dialer: &Dialer, targets: &ProbeTargets<'_>) -> PlaneAn
     }));
     let sentinels = futures::future::join_all(targets.sentinel_pods.iter().map(|pod| async move {
         let ordinal = ordinal_of(sentinel_statefulset, &pod.name_any());
-        let answer = match ordinal {
-            Some(ordinal) if pod_ip_if_running(pod).is_ok() => {
-                let at = Address::new(names.sentinel_pod_fqdn(ordinal), targets.sentinel_port);
-                ask_sentinel(dialer, names.name(), &at).await
+        let (answer, served_certificate) = match (ordinal, pod_ip_if_running(pod)) {
+            (Some(ordinal), Ok(ip)) => {
+                let fqdn = names.sentinel_pod_fqdn(ordinal);
+                let at = Address::new(fqdn.clone(), targets.sentinel_port);
+                let served = async {
+                    let ca = targets.sentinel_tls_ca?;
+                    let addr = format!("{ip}:{}", targets.sentinel_port);
+                    vko_valkey::served::served_certificate(&addr, &fqdn, ca, PROBE_TIMEOUT)
+                        .await
+                        .inspect_err(|error| {
+                            tracing::debug!(pod = %fqdn, %error, "served certificate: no handshake");
+                        })
+                        .ok()
+                };
+                tokio::join!(ask_sentinel(dialer, names.name(), &at), served)
             }
-            _ => None,
+            _ => (None, None),
         };
         SentinelPodAnswer {
             pod: pod.name_any(),
             ordinal,
             answer,
+            served_certificate,
         }
     }));
     let (data, sentinels) = tokio::join!(data, sentinels);

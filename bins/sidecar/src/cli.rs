@@ -40,6 +40,9 @@ pub enum Command {
     SentinelInit(SentinelInitArgs),
     /// The long-running sidecar of a data pod.
     Run(RunArgs),
+    /// A Sentinel pod's container that hands a checked new certificate to a Sentinel that
+    /// re-reads its TLS files (ADR 0053).
+    SentinelTlsReload(SentinelTlsReloadArgs),
 }
 
 /// Where the cluster is (`vko_render::pod::cluster_args`).
@@ -107,6 +110,10 @@ pub struct SentinelInitArgs {
     pub template: PathBuf,
     #[arg(long)]
     pub output: PathBuf,
+    /// With a Sentinel that reloads its certificate in place: where to copy the TLS files it
+    /// serves (ADR 0053).
+    #[arg(long, requires = "tls_ca_file")]
+    pub tls_active_dir: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -148,6 +155,20 @@ pub struct RunArgs {
     pub tls: TlsArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct SentinelTlsReloadArgs {
+    /// The directory of the TLS files the Sentinel serves.
+    #[arg(long)]
+    pub tls_active_dir: PathBuf,
+    /// The CA fingerprint the pod's template carries (ADR 0053).
+    #[arg(long, env = vko_render::TLS_HASH_ENV)]
+    pub tls_trust: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
 /// The env var with the password file's path, as vko-render puts it on the containers.
 pub use vko_render::PASSWORD_FILE_ENV;
 
@@ -161,6 +182,21 @@ pub fn password_from_file_env() -> Result<Option<String>> {
 }
 
 impl TlsArgs {
+    /// The Secret volume's files and the Sentinel's copy in `active_dir`.
+    fn material_paths(&self, active_dir: PathBuf) -> Result<crate::sentinel_tls::MaterialPaths> {
+        match (&self.tls_ca_file, &self.tls_cert_file, &self.tls_key_file) {
+            (Some(ca), Some(cert), Some(key)) => Ok(crate::sentinel_tls::MaterialPaths {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+                active_dir,
+            }),
+            _ => Err(SidecarError::Config(
+                "--tls-active-dir needs --tls-ca-file, --tls-cert-file and --tls-key-file".into(),
+            )),
+        }
+    }
+
     /// One dialer for both tiers: the same password (Sentinel without it when it refuses) and
     /// the same TLS files.
     fn dialer(&self, password: Option<String>) -> Dialer {
@@ -289,6 +325,9 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
         .into_iter()
         .filter(|s| *s != me)
         .collect();
+    if let Some(dir) = &args.tls_active_dir {
+        crate::sentinel_tls::copy_initial_material(&args.tls.material_paths(dir.clone())?)?;
+    }
     let password = password_from_file_env()?;
     let dialer = args.tls.dialer(password.clone());
     let init = SentinelInit {
@@ -304,6 +343,23 @@ pub async fn run_sentinel_init(args: SentinelInitArgs) -> Result<()> {
         retry_delay: Duration::from_secs(1),
     };
     crate::sentinel_init::sentinel_init(&dialer, &init).await?;
+    Ok(())
+}
+
+/// `sentinel-tls-reload`: runs until the pod stops.
+pub async fn run_sentinel_tls_reload(args: SentinelTlsReloadArgs) -> Result<()> {
+    let names = args.cluster.names()?;
+    let host = names
+        .sentinel_pod_fqdn(&args.cluster.pod_name)
+        .ok_or_else(|| SidecarError::Config("--sentinel-service is required".into()))?;
+    let watch = crate::sentinel_tls::SentinelTlsWatch {
+        paths: args.tls.material_paths(args.tls_active_dir)?,
+        trust: args.tls_trust,
+        host,
+        local: format!("127.0.0.1:{}", names.sentinel_port),
+    };
+    tracing::info!(host = %watch.host, "Sentinel TLS reload running");
+    crate::sentinel_tls::reload_loop(watch).await;
     Ok(())
 }
 

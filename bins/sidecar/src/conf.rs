@@ -333,6 +333,11 @@ pub fn probe_password_path(active_config: &Path) -> std::path::PathBuf {
 /// Write `text` to `path` readable only by its owner (it holds the password), atomically: a
 /// temporary file in the same directory, then a rename, so a reader never sees half a file.
 pub fn write_private(path: &Path, text: &str) -> Result<()> {
+    write_private_bytes(path, text.as_bytes())
+}
+
+/// [`write_private`] of any bytes (a certificate or key as the Secret holds it).
+pub fn write_private_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let name = path
         .file_name()
@@ -348,7 +353,7 @@ pub fn write_private(path: &Path, text: &str) -> Result<()> {
             .open(&tmp)?;
         // An existing temp file keeps its old mode through `open`; force ours.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        file.write_all(text.as_bytes())?;
+        file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)
     };

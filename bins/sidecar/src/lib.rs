@@ -15,6 +15,7 @@ pub mod password;
 pub mod pod_api;
 pub mod run;
 pub mod sentinel_init;
+pub mod sentinel_tls;
 pub mod tls_reload;
 pub mod topology;
 

@@ -1,7 +1,9 @@
-//! vko-sidecar: `init`, `sentinel-init`, `run`. JSON logs on stdout.
+//! vko-sidecar: `init`, `sentinel-init`, `run`, `sentinel-tls-reload`. JSON logs on stdout.
 
 use clap::Parser;
-use vko_sidecar::cli::{Cli, Command, run_init, run_sentinel_init, run_sidecar};
+use vko_sidecar::cli::{
+    Cli, Command, run_init, run_sentinel_init, run_sentinel_tls_reload, run_sidecar,
+};
 
 /// JSON logs at `RUST_LOG` (`target=level` directives, e.g. `info,kube=warn`), else `info`. A
 /// `Targets` filter, not an `EnvFilter`: the same directives without span and field filters, and
@@ -42,6 +44,7 @@ async fn main() -> std::process::ExitCode {
         Command::Init(args) => run_init(args).await,
         Command::SentinelInit(args) => run_sentinel_init(args).await,
         Command::Run(args) => run_sidecar(args).await,
+        Command::SentinelTlsReload(args) => run_sentinel_tls_reload(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -23,6 +23,18 @@ pub const TLS_CERT_FILE: &str = "/tls/tls.crt";
 pub const TLS_KEY_FILE: &str = "/tls/tls.key";
 /// CA bundle.
 pub const TLS_CA_FILE: &str = "/tls/ca.crt";
+/// A Sentinel that reloads its certificate in place (ADR 0053) reads its TLS files from this
+/// in-memory directory, not from the Secret volume: its `tls-reload` container copies only
+/// material that passed the checks into it.
+pub const TLS_ACTIVE_DIR: &str = "/tls-active";
+/// Certificate file the Sentinel serves from [`TLS_ACTIVE_DIR`].
+pub const TLS_ACTIVE_CERT_FILE: &str = "/tls-active/tls.crt";
+/// Private key file in [`TLS_ACTIVE_DIR`].
+pub const TLS_ACTIVE_KEY_FILE: &str = "/tls-active/tls.key";
+/// CA bundle in [`TLS_ACTIVE_DIR`].
+pub const TLS_ACTIVE_CA_FILE: &str = "/tls-active/ca.crt";
+/// How often (seconds) such a Sentinel looks for changed TLS files.
+pub const SENTINEL_TLS_RELOAD_INTERVAL_SECONDS: u32 = 1;
 /// Data directory of the Valkey container.
 pub const DATA_DIR: &str = "/data";
 /// Key of the config file inside its ConfigMap.
@@ -178,10 +190,10 @@ impl ConfWriter {
         self.text.push('\n');
     }
 
-    fn tls_files(&mut self) {
-        self.directive("tls-cert-file", &[TLS_CERT_FILE]);
-        self.directive("tls-key-file", &[TLS_KEY_FILE]);
-        self.directive("tls-ca-cert-file", &[TLS_CA_FILE]);
+    fn tls_files(&mut self, cert: &str, key: &str, ca: &str) {
+        self.directive("tls-cert-file", &[cert]);
+        self.directive("tls-key-file", &[key]);
+        self.directive("tls-ca-cert-file", &[ca]);
         self.directive("tls-replication", &["yes"]);
         // Clients may present a certificate but need not: the password is the client check.
         self.directive("tls-auth-clients", &["optional"]);
@@ -210,7 +222,7 @@ pub fn render_valkey_conf(spec: &ValkeySpec, replica_of: Option<&str>) -> String
             .map_or_else(|| "0".to_owned(), |p| p.to_string());
         w.directive("port", &[&plain]);
         w.directive("tls-port", &[&ports.valkey.to_string()]);
-        w.tls_files();
+        w.tls_files(TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE);
     } else {
         w.directive("port", &[&ports.valkey.to_string()]);
     }
@@ -294,7 +306,20 @@ pub fn render_sentinel_conf(spec: &ValkeySpec, monitor_name: &str, master_host: 
             .map_or_else(|| "0".to_owned(), |p| p.to_string());
         w.directive("port", &[&plain]);
         w.directive("tls-port", &[&ports.sentinel.to_string()]);
-        w.tls_files();
+        if ValkeyVersion::sentinel_reloads_tls(spec) {
+            w.tls_files(
+                TLS_ACTIVE_CERT_FILE,
+                TLS_ACTIVE_KEY_FILE,
+                TLS_ACTIVE_CA_FILE,
+            );
+            w.comment("A changed certificate is re-read in place (ADR 0053).");
+            w.directive(
+                "tls-auto-reload-interval",
+                &[&SENTINEL_TLS_RELOAD_INTERVAL_SECONDS.to_string()],
+            );
+        } else {
+            w.tls_files(TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE);
+        }
     } else {
         w.directive("port", &[&ports.sentinel.to_string()]);
     }

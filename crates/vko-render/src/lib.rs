@@ -58,7 +58,8 @@ pub use adopt::{GO_OPERATOR_FIELD_MANAGERS, adopt_managed_fields, is_adoptable};
 pub use applied::{applied_hash, live_holds, stamp_applied_hash};
 pub use conf::{
     DATA_DIR, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_REBOOT_DOWN_AFTER_MS, SENTINEL_CONF_KEY,
-    TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY, quote_arg, split_args,
+    TLS_ACTIVE_CA_FILE, TLS_ACTIVE_CERT_FILE, TLS_ACTIVE_DIR, TLS_ACTIVE_KEY_FILE, TLS_CA_FILE,
+    TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, VALKEY_CONF_KEY, quote_arg, split_args,
 };
 pub use data::{SIDECAR_CONTAINER, VALKEY_CONTAINER, sidecar_runs_with_sentinel};
 pub use error::RenderError;
@@ -77,6 +78,7 @@ pub use pod::{
     SIDECAR_BINARY, TLS_HASH_ENV, mounted_auth_secret, paths, pod_has_password_file,
 };
 pub use ports::{PortPlan, SIDECAR_HEALTH};
+pub use sentinel::TLS_RELOAD_CONTAINER;
 pub use version::{Feature, ValkeyVersion};
 
 /// The default cluster DNS domain.
@@ -104,9 +106,10 @@ pub struct RenderInputs {
     pub tls_material_hash: Option<String>,
     /// The fingerprint the Sentinel pods' template carries for the Secret they mount (their own
     /// with separate cert-manager certificates, [`TlsSecrets::sentinel`], else the data tier's);
-    /// the operator passes [`tls_material_fingerprint`]: Sentinel cannot reload its certificate,
-    /// so every change rolls it. When both tiers mount the same Secret and this is `None`,
-    /// `tls_material_hash` is used for both.
+    /// the operator passes [`tls_material_fingerprint`] where Sentinel cannot reload its
+    /// certificate, so every change rolls it, and [`tls_trust_fingerprint`] where it can
+    /// ([`ValkeyVersion::sentinel_reloads_tls`], ADR 0053). When both tiers mount the same Secret
+    /// and this is `None`, `tls_material_hash` is used for both.
     pub sentinel_tls_material_hash: Option<String>,
     /// The Prometheus-Operator CRDs exist: a wanted ServiceMonitor is rendered only then.
     pub prometheus_operator_present: bool,

@@ -48,6 +48,17 @@ impl ValkeyVersion {
         ValkeyVersion::from_tag(vko_api::image_version(image))
     }
 
+    /// Whether the Sentinels of `spec` reload a new certificate in place (ADR 0053): TLS and
+    /// Sentinel on, and an image whose tag names a release with [`Feature::TlsAutoReload`] (a
+    /// tag that names no version is not assumed to have it). Otherwise a new certificate rolls
+    /// the Sentinel pods.
+    pub fn sentinel_reloads_tls(spec: &vko_api::ValkeySpec) -> bool {
+        spec.tls_enabled()
+            && spec.sentinel_enabled()
+            && ValkeyVersion::named_by_image(&spec.image)
+                .is_some_and(|version| version.supports(Feature::TlsAutoReload))
+    }
+
     /// The version an image reference names, `None` when its tag names none.
     pub fn named_by_image(image: &str) -> Option<ValkeyVersion> {
         ValkeyVersion::named_by_tag(vko_api::image_version(image))
@@ -78,16 +89,21 @@ pub enum Feature {
     /// `hide-user-data-from-log yes`: keys and values stay out of the server log (crash reports,
     /// slow-log style messages). Introduced in Valkey 8.0.
     HideUserDataFromLog,
+    /// `tls-auto-reload-interval <s>`: the process re-reads its TLS files when they change. The
+    /// one way a Sentinel reloads its certificate (ADR 0053). Measured: 8.0.1 and 8.1.1 refuse
+    /// the directive, 9.1.2 reloads (9.0 not measured, so not relied on).
+    TlsAutoReload,
 }
 
 impl Feature {
     /// Every feature, for tests and documentation.
-    pub const ALL: [Feature; 1] = [Feature::HideUserDataFromLog];
+    pub const ALL: [Feature; 2] = [Feature::HideUserDataFromLog, Feature::TlsAutoReload];
 
     /// First release that accepts the directive.
     pub fn since(self) -> ValkeyVersion {
         match self {
             Feature::HideUserDataFromLog => ValkeyVersion { major: 8, minor: 0 },
+            Feature::TlsAutoReload => ValkeyVersion { major: 9, minor: 1 },
         }
     }
 }

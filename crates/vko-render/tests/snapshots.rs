@@ -353,3 +353,69 @@ spec:
         insta::assert_snapshot!(format!("port-matrix-{label}"), port_view(&rendered));
     }
 }
+
+/// Valkey 9.1's Sentinels reload a new certificate in place (ADR 0053): `sentinel.conf` names the
+/// in-memory copy and `tls-auto-reload-interval`, the init container fills the copy, the
+/// `tls-reload` container refreshes it, the `sentinel` container reads it. On 8.1 and on a tag
+/// that names no version, none of it: the Sentinel reads the Secret volume and is rolled.
+#[test]
+fn a_9_1_sentinel_reloads_its_certificate_from_a_checked_copy() {
+    let yaml = |image: &str| {
+        valkey_from_yaml(&format!(
+            r#"
+apiVersion: vko.gtrfc.com/v1
+kind: Valkey
+metadata: {{ name: rl }}
+spec:
+  replicas: 3
+  image: {image}
+  sentinel: {{ enabled: true, replicas: 3 }}
+  tls: {{ enabled: true, secretName: rl-tls }}
+"#
+        ))
+    };
+    let sentinel_pod = |rendered: &Rendered| {
+        rendered
+            .statefulsets
+            .iter()
+            .find(|sts| sts.metadata.name.as_deref() == Some("rl-sentinel"))
+            .and_then(|sts| sts.spec.as_ref())
+            .and_then(|spec| spec.template.spec.clone())
+            .expect("Sentinel pod spec")
+    };
+    let sentinel_conf = |rendered: &Rendered| {
+        rendered
+            .config_maps
+            .iter()
+            .find_map(|cm| cm.data.as_ref()?.get("sentinel.conf").cloned())
+            .expect("sentinel.conf")
+    };
+
+    let valkey = yaml("valkey/valkey:9.1");
+    let mut inputs = inputs_for(&valkey);
+    inputs.tls_material_hash = Some("trust-fingerprint".into());
+    inputs.sentinel_tls_material_hash = Some("trust-fingerprint".into());
+    let rendered = render(&valkey, &inputs).expect("renders");
+    let pod = sentinel_pod(&rendered);
+    insta::assert_yaml_snapshot!(serde_json::json!({
+        "sentinel.conf": sentinel_conf(&rendered),
+        "init": pod.init_containers,
+        "containers": pod.containers,
+        "volumes": pod.volumes,
+    }));
+
+    for image in ["valkey/valkey:8.1", "valkey/valkey:latest"] {
+        let valkey = yaml(image);
+        let rendered = render(&valkey, &inputs_for(&valkey)).expect("renders");
+        let pod = sentinel_pod(&rendered);
+        let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["sentinel"], "{image}");
+        let conf = sentinel_conf(&rendered);
+        assert!(!conf.contains("tls-auto-reload-interval"), "{image}");
+        assert!(conf.contains("tls-cert-file /tls/tls.crt"), "{image}");
+        assert!(
+            !pod.volumes.iter().flatten().any(|v| v.name == "tls-active"),
+            "{image}"
+        );
+    }
+}

@@ -242,8 +242,9 @@ pub fn tls_material_condition(
             ConditionReason::TLSMaterialRollPending,
             format!(
                 "pods still run the TLS material from before the last certificate change ({}); \
-                 the data pods' sidecars reload a new certificate in place, a new CA and the \
-                 Sentinel tier's material roll the pods",
+                 a new certificate under the same CA is reloaded in place (data pods; Sentinels \
+                 from Valkey 9.1), a new CA rolls the pods, and so does any change on older \
+                 Sentinels",
                 stale.join("; ")
             ),
         ));
@@ -255,8 +256,9 @@ pub fn tls_material_condition(
             ConditionReason::TLSMaterialUnmeasured,
             format!(
                 "pods carry no TLS fingerprint yet (a data pod's sidecar reports the \
-                 certificate it serves shortly after it starts; pods created by an older \
-                 operator carry none until something replaces them): {}",
+                 certificate it serves shortly after it starts, the operator measures a \
+                 reloading Sentinel's on its next pass; pods created by an older operator carry \
+                 none until something replaces them): {}",
                 unmeasured.join("; ")
             ),
         ));
