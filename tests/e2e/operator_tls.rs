@@ -27,7 +27,10 @@
 //!   are replaced; 0 OK'd writes lost; afterwards every pod serves the next CA's certificate and
 //!   the old CA alone is refused.
 //!
-//! A second test runs dual-port mode (`allowUnencrypted` on both tiers).
+//! A second test runs dual-port mode (`allowUnencrypted` on both tiers) on Valkey 9.1, whose
+//! Sentinels reload certificates in place (ADR 0053), and gives the Secret a certificate that
+//! names the data pods but not the Sentinels: the data pods reload it, the operator refuses it,
+//! no Sentinel ever serves it, the writer never stalls; the old one back, all current again.
 //!
 //! `spec.tls.certManager` (the testbed's cert-manager issuing) is tested in operator_cert_manager,
 //! with this file's checks.
@@ -75,6 +78,9 @@ struct Material {
     /// The same names and key, issued by the same CA, with only the serverAuth usage: the pods
     /// could not replicate with it.
     server_auth_only_cert: String,
+    /// The same key, issued by the same CA, naming the data pods and Services but not the
+    /// Sentinel pods.
+    data_only_cert: String,
     /// A second CA, and a certificate for the same names with a new key issued by it: the
     /// material of a CA rotation.
     next_ca: String,
@@ -94,6 +100,7 @@ fn issue(ns: &str) -> anyhow::Result<Material> {
     let mut server_auth_only = params.clone();
     server_auth_only.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let server_auth_only_cert = server_auth_only.signed_by(&key, issuer)?;
+    let data_only_cert = pod_certificate_params(&names, ns, false)?.signed_by(&key, issuer)?;
     let next_ca = Ca::new("vko-e2e user CA, next")?;
     let next_key = KeyPair::generate()?;
     let next_cert = params.signed_by(&next_key, &next_ca.issuer)?;
@@ -102,6 +109,7 @@ fn issue(ns: &str) -> anyhow::Result<Material> {
         cert: cert.pem(),
         key: key.serialize_pem(),
         server_auth_only_cert: server_auth_only_cert.pem(),
+        data_only_cert: data_only_cert.pem(),
         next_ca: next_ca.certificate.pem(),
         next_cert: next_cert.pem(),
         next_key: next_key.serialize_pem(),
@@ -257,6 +265,11 @@ impl TlsWriter {
 
     async fn acked(&self) -> usize {
         self.log.lock().await.acked.len()
+    }
+
+    /// The longest interval between two OKs so far.
+    async fn longest_gap(&self) -> Duration {
+        self.log.lock().await.longest_gap()
     }
 
     pub(crate) async fn wait_for(&self, at_least: usize) -> anyhow::Result<()> {
@@ -1182,12 +1195,113 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
     test.cleanup().await.unwrap();
 }
 
-/// Dual-port mode (reference "Dual-Port Mode"): with `tls.allowUnencrypted` and
+/// A 9.1 cluster's Secret gets a certificate under the same CA that names the data pods but not
+/// the Sentinels (ADR 0053), under a TLS writer: the data pods reload it (it names them; this
+/// also shows the kubelet delivered it), the operator refuses it
+/// (`ReconcileBlocked=True/TLSCertificateUnusable`), and no Sentinel ever serves it — loaded,
+/// the data pods' fencers could not verify any Sentinel and the master would fence itself. The
+/// writer never stalls, no pod restarts; the old certificate put back, every pod serves it and
+/// the cluster is current again, 0 acknowledged writes lost.
+async fn sentinels_never_load_a_certificate_that_does_not_name_them(
+    client: &kube::Client,
+    ns: &str,
+    dial: &Dial,
+    material: &Material,
+) -> anyhow::Result<()> {
+    let valkeys: Api<Valkey> = Api::namespaced(client.clone(), ns);
+    let before = pod_lives(client, ns).await?;
+    let original = secret_certificate(client, ns, SECRET).await?;
+    let data_only = vko_valkey::certificate::leaf_fingerprint(material.data_only_cert.as_bytes())
+        .map_err(anyhow::Error::msg)?;
+    let writer = TlsWriter::start(client.clone(), ns.to_owned(), dial.clone(), "refused");
+    writer.wait_for(300).await?;
+    patch_secret(
+        client,
+        ns,
+        serde_json::json!({ "tls.crt": material.data_only_cert }),
+    )
+    .await?;
+    let changed = Instant::now();
+    let pods = Pods::list(client, ns).await?;
+    let data: Vec<String> = pods.names_with_prefix(&format!("{NAME}-"));
+    let sentinels: Vec<String> = pods.names_with_prefix(&format!("{NAME}-sentinel-"));
+    eventually(
+        Duration::from_secs(90),
+        "every data pod serves the certificate that leaves out the Sentinels",
+        || async {
+            for pod in &data {
+                let served = dial.served(&pods, pod).await?;
+                ensure!(served == data_only, "{pod} serves {served}");
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    wait_for_valkey(
+        &valkeys,
+        NAME,
+        "ReconcileBlocked=True/TLSCertificateUnusable",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "TLSCertificateUnusable"
+            })
+        },
+    )
+    .await?;
+    // The Sentinels' tls-reload containers look every 2 s: give them several looks.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for pod in &sentinels {
+        let served = dial.served(&pods, pod).await?;
+        ensure!(
+            served == original,
+            "Sentinel {pod} serves {served}, not the certificate it had ({original})"
+        );
+    }
+    eprintln!(
+        "a certificate leaving out the Sentinels: the data pods serve it {:?} after the change, \
+         the operator refuses it, every Sentinel still serves its own",
+        changed.elapsed()
+    );
+    patch_secret(client, ns, serde_json::json!({ "tls.crt": material.cert })).await?;
+    eventually(
+        Duration::from_secs(90),
+        "every pod serves the original certificate, TLSMaterialCurrent",
+        || async {
+            for pod in data.iter().chain(&sentinels) {
+                let served = dial.served(&pods, pod).await?;
+                ensure!(served == original, "{pod} serves {served}");
+            }
+            settled_on_current_material(&valkeys.get(NAME).await?)
+        },
+    )
+    .await?;
+    ensure!(
+        pod_lives(client, ns).await? == before,
+        "a pod was replaced or restarted"
+    );
+    let gap = writer.longest_gap().await;
+    ensure!(
+        gap <= Duration::from_secs(3),
+        "the writer stalled {gap:?}: a fenced master?"
+    );
+    no_acknowledged_write_lost(
+        writer,
+        client,
+        ns,
+        dial,
+        "a certificate that leaves out the Sentinels, then the old one back",
+    )
+    .await
+}
+
+/// Dual-port mode (reference "Dual-Port Mode") on Valkey 9.1: with `tls.allowUnencrypted` and
 /// `sentinel.allowUnencrypted` the plaintext ports 6379 and 26379 stay open next to 16379 and
 /// 36379; replication still runs over TLS (the replicas follow the master's TLS port), and
-/// Sentinel still names the TLS port.
+/// Sentinel still names the TLS port. Then a certificate that leaves out the Sentinels never
+/// reaches them ([`sentinels_never_load_a_certificate_that_does_not_name_them`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tls() {
+async fn dual_ports_on_9_1_and_its_sentinels_never_load_a_certificate_not_naming_them() {
     vko_valkey::install_default_crypto_provider();
     let test = OperatorTest::start("op-tls-dual").await.unwrap();
     let (client, ns) = (test.client(), test.ns().to_owned());
@@ -1208,7 +1322,7 @@ async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tl
             &client,
             &ns,
             &format!(
-                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:8.0, sentinel: {{enabled: true, replicas: 3, allowUnencrypted: true}}, tls: {{enabled: true, secretName: {SECRET}, allowUnencrypted: true}}}}\n"
+                "apiVersion: vko.gtrfc.com/v1\nkind: Valkey\nmetadata: {{name: {NAME}}}\nspec: {{replicas: 3, image: valkey/valkey:9.1, sentinel: {{enabled: true, replicas: 3, allowUnencrypted: true}}, tls: {{enabled: true, secretName: {SECRET}, allowUnencrypted: true}}}}\n"
             ),
         )
         .await?;
@@ -1266,7 +1380,8 @@ async fn allow_unencrypted_keeps_the_plaintext_ports_and_replication_stays_on_tl
         eprintln!(
             "dual-port: plain 6379 and 26379 answer, TLS 16379 and 36379 answer, replicas follow the master on {TLS_PORT}, Sentinel names {TLS_PORT}"
         );
-        anyhow::Ok(())
+        sentinels_never_load_a_certificate_that_does_not_name_them(&client, &ns, &dial, &material)
+            .await
     }
     .await;
     if let Err(error) = outcome {

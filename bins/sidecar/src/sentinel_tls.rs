@@ -17,7 +17,7 @@ use vko_valkey::certificate::{ReloadPlan, UnixTime, leaf_fingerprint, reload_pla
 
 use crate::conf::write_private_bytes;
 use crate::error::{Result, SidecarError};
-use crate::tls_reload::TLS_POLL;
+use crate::tls_reload::{Outcome, TLS_POLL, log_change};
 
 /// Bound on one handshake with the own Sentinel.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,18 +73,6 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(SidecarError::file(path))
 }
 
-/// What one look found, for the log (said once per change).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
-    Current,
-    Reloaded(String),
-    AwaitRoll,
-    Refused(String),
-    /// The files were written and the Sentinel still serves another certificate (it refuses a
-    /// key that does not match the certificate, and says so in its log).
-    NotTaken(String),
-}
-
 /// What the loop remembers between looks.
 #[derive(Debug, Default)]
 struct State {
@@ -97,33 +85,10 @@ struct State {
 /// Watches the Secret volume for good.
 pub async fn reload_loop(watch: SentinelTlsWatch) {
     let mut state = State::default();
-    let mut last: Option<std::result::Result<Outcome, String>> = None;
+    let mut last = None;
     loop {
         let result = look(&watch, &mut state).await.map_err(|e| e.to_string());
-        if last.as_ref() != Some(&result) {
-            match &result {
-                Ok(Outcome::Current) => {}
-                Ok(Outcome::Reloaded(fingerprint)) => tracing::info!(
-                    %fingerprint,
-                    "TLS: Sentinel re-read its certificate in place and serves the new one"
-                ),
-                Ok(Outcome::AwaitRoll) => tracing::info!(
-                    "TLS: the Secret carries another CA than this pod was created for; the \
-                     operator rolls the pod onto it (no reload in place)"
-                ),
-                Ok(Outcome::Refused(problem)) => tracing::warn!(
-                    %problem,
-                    "TLS: the new certificate cannot serve this pod; Sentinel keeps its current one"
-                ),
-                Ok(Outcome::NotTaken(served)) => tracing::warn!(
-                    %served,
-                    "TLS: the new certificate and key were written and Sentinel still serves \
-                     another certificate (see its log: a key that does not match is refused)"
-                ),
-                Err(error) => tracing::warn!(%error, "TLS reload: retrying"),
-            }
-            last = Some(result);
-        }
+        log_change("Sentinel", result, &mut last);
         tokio::time::sleep(TLS_POLL).await;
     }
 }

@@ -34,43 +34,63 @@ pub struct TlsWatch {
     pub trust: Option<String>,
 }
 
-/// What one look at the files found, for the log (said once per change).
+/// What one look at the files found, for the log (said once per change). Shared with the
+/// Sentinel pods' reload (`crate::sentinel_tls`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Current,
     Reloaded(String),
     AwaitRoll,
     Refused(String),
+    /// Sentinel only: the files were written and it still serves another certificate (it
+    /// refuses a key that does not match the certificate, and says so in its log).
+    NotTaken(String),
+}
+
+/// Logs a look's result when it differs from the previous one; `process` names what reloads
+/// ("the server", "Sentinel").
+pub(crate) fn log_change(
+    process: &str,
+    result: std::result::Result<Outcome, String>,
+    last: &mut Option<std::result::Result<Outcome, String>>,
+) {
+    if last.as_ref() == Some(&result) {
+        return;
+    }
+    match &result {
+        Ok(Outcome::Current) => {}
+        Ok(Outcome::Reloaded(fingerprint)) => tracing::info!(
+            %fingerprint,
+            "TLS: {process} re-read its certificate in place and serves the new one"
+        ),
+        Ok(Outcome::AwaitRoll) => tracing::info!(
+            "TLS: the Secret carries another CA than this pod was created for; the operator \
+             rolls the pod onto it (no reload in place)"
+        ),
+        Ok(Outcome::Refused(problem)) => tracing::warn!(
+            %problem,
+            "TLS: the new certificate cannot serve this pod; {process} keeps its current one"
+        ),
+        Ok(Outcome::NotTaken(served)) => tracing::warn!(
+            %served,
+            "TLS: the new certificate and key were written and {process} still serves another \
+             certificate (see its log: a key that does not match is refused)"
+        ),
+        Err(error) => tracing::warn!(%error, "TLS reload: retrying"),
+    }
+    *last = Some(result);
 }
 
 /// Watches the TLS files for good.
 pub async fn tls_loop(node: Arc<Node>, watch: TlsWatch) {
     let mut served: Option<String> = None;
     let mut annotated: Option<String> = None;
-    let mut last: Option<std::result::Result<Outcome, String>> = None;
+    let mut last = None;
     loop {
         let result = look(&node, &watch, &mut served, &mut annotated)
             .await
             .map_err(|e| e.to_string());
-        if last.as_ref() != Some(&result) {
-            match &result {
-                Ok(Outcome::Current) => {}
-                Ok(Outcome::Reloaded(fingerprint)) => tracing::info!(
-                    %fingerprint,
-                    "TLS: the server re-read its certificate in place and serves the new one"
-                ),
-                Ok(Outcome::AwaitRoll) => tracing::info!(
-                    "TLS: the Secret carries another CA than this pod was created for; the \
-                     operator rolls the pod onto it (no reload in place)"
-                ),
-                Ok(Outcome::Refused(problem)) => tracing::warn!(
-                    %problem,
-                    "TLS: the new certificate cannot serve this pod; the server keeps its current one"
-                ),
-                Err(error) => tracing::warn!(%error, "TLS reload: retrying"),
-            }
-            last = Some(result);
-        }
+        log_change("the server", result, &mut last);
         tokio::time::sleep(TLS_POLL).await;
     }
 }
