@@ -467,18 +467,7 @@ async fn secret_missing_then_created(
             }})),
         )
         .await?;
-    let valkey = wait_for_valkey(
-        &valkeys,
-        NAME,
-        "ReconcileBlocked=True/TLSCertificateUnusable",
-        TIMEOUT,
-        |v| {
-            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
-                status == "True" && reason == "TLSCertificateUnusable"
-            })
-        },
-    )
-    .await?;
+    let valkey = certificate_refused(&valkeys).await?;
     let (_, _, message) =
         condition(&valkey, "ReconcileBlocked").context("ReconcileBlocked vanished")?;
     ensure!(
@@ -1195,6 +1184,23 @@ async fn a_tls_cluster_from_a_user_secret_serves_only_tls_and_hands_over_without
     test.cleanup().await.unwrap();
 }
 
+/// Waits until the operator refuses the Secret's certificate:
+/// `ReconcileBlocked=True/TLSCertificateUnusable`.
+async fn certificate_refused(valkeys: &Api<Valkey>) -> anyhow::Result<Valkey> {
+    wait_for_valkey(
+        valkeys,
+        NAME,
+        "ReconcileBlocked=True/TLSCertificateUnusable",
+        TIMEOUT,
+        |v| {
+            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
+                status == "True" && reason == "TLSCertificateUnusable"
+            })
+        },
+    )
+    .await
+}
+
 /// A 9.1 cluster's Secret gets a certificate under the same CA that names the data pods but not
 /// the Sentinels (ADR 0053), under a TLS writer: the data pods reload it (it names them; this
 /// also shows the kubelet delivered it), the operator refuses it
@@ -1237,18 +1243,7 @@ async fn sentinels_never_load_a_certificate_that_does_not_name_them(
         },
     )
     .await?;
-    wait_for_valkey(
-        &valkeys,
-        NAME,
-        "ReconcileBlocked=True/TLSCertificateUnusable",
-        TIMEOUT,
-        |v| {
-            condition(v, "ReconcileBlocked").is_some_and(|(status, reason, _)| {
-                status == "True" && reason == "TLSCertificateUnusable"
-            })
-        },
-    )
-    .await?;
+    certificate_refused(&valkeys).await?;
     // The Sentinels' tls-reload containers look every 2 s: give them several looks.
     tokio::time::sleep(Duration::from_secs(6)).await;
     for pod in &sentinels {

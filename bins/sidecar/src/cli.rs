@@ -71,6 +71,15 @@ pub struct ClusterArgs {
     pub pod_namespace: String,
 }
 
+/// With TLS: the CA fingerprint the pod's template carries (`VKO_TLS_MATERIAL_HASH`); a
+/// certificate under that CA is reloaded in place (ADR 0038 on the data tier, ADR 0053 on 9.1+
+/// Sentinels).
+#[derive(Debug, Clone, Args)]
+pub struct TrustArgs {
+    #[arg(long, env = vko_render::TLS_HASH_ENV)]
+    pub tls_trust: Option<String>,
+}
+
 /// `vko_render::pod::tls_args`.
 #[derive(Debug, Clone, Args)]
 pub struct TlsArgs {
@@ -145,10 +154,8 @@ pub struct RunArgs {
     /// The exporter's port, asked to reload its password map.
     #[arg(long)]
     pub exporter_port: Option<u16>,
-    /// With TLS: the CA fingerprint the pod's template carries (ADR 0038); a certificate under
-    /// that CA is reloaded in place.
-    #[arg(long, env = vko_render::TLS_HASH_ENV)]
-    pub tls_trust: Option<String>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -160,9 +167,8 @@ pub struct SentinelTlsReloadArgs {
     /// The directory of the TLS files the Sentinel serves.
     #[arg(long)]
     pub tls_active_dir: PathBuf,
-    /// The CA fingerprint the pod's template carries (ADR 0053).
-    #[arg(long, env = vko_render::TLS_HASH_ENV)]
-    pub tls_trust: Option<String>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -354,7 +360,7 @@ pub async fn run_sentinel_tls_reload(args: SentinelTlsReloadArgs) -> Result<()> 
         .ok_or_else(|| SidecarError::Config("--sentinel-service is required".into()))?;
     let watch = crate::sentinel_tls::SentinelTlsWatch {
         paths: args.tls.material_paths(args.tls_active_dir)?,
-        trust: args.tls_trust,
+        trust: args.trust.tls_trust,
         host,
         local: format!("127.0.0.1:{}", names.sentinel_port),
     };
@@ -404,7 +410,7 @@ pub async fn run_sidecar(args: RunArgs) -> Result<()> {
         (Some(ca), Some(cert)) => Some(crate::tls_reload::TlsWatch {
             ca: ca.clone(),
             cert: cert.clone(),
-            trust: args.tls_trust.clone(),
+            trust: args.trust.tls_trust.clone(),
         }),
         _ => None,
     };
